@@ -1,0 +1,96 @@
+import { z } from 'zod';
+import { EnvSchema, SandboxPathSchema } from './common.js';
+
+/** Largest `timeoutMs` of one command: 86_400_000 (24 hours). */
+export const MAX_EXEC_TIMEOUT_MS = 86_400_000;
+/** Default `timeoutMs` of one command: 60_000 (1 minute). */
+export const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
+/** Bytes of stdout and of stderr each that the non-streaming exec keeps: 16 MiB. Beyond it, `truncated` is true. */
+export const EXEC_OUTPUT_CAP_BYTES = 16 * 1024 * 1024;
+
+/**
+ * A command: an argv array (run as is) or a shell string (run with `/bin/sh -c`).
+ * argv entries may not contain NUL bytes.
+ */
+export const CommandSchema = z.union([
+  z
+    .array(
+      z
+        .string()
+        .max(131_072)
+        .refine((a) => !a.includes('\0'), 'arguments may not contain NUL bytes'),
+    )
+    .min(1, 'argv needs at least the program')
+    .max(4096),
+  z
+    .string()
+    .min(1, 'the shell command is empty')
+    .max(131_072)
+    .refine((a) => !a.includes('\0'), 'the command may not contain NUL bytes'),
+]);
+
+/** Body of `POST /v1/sandboxes/{id}/exec`, and of the `start` frame of the streaming form. */
+export const ExecRequestSchema = z
+  .object({
+    cmd: CommandSchema,
+    /** Added to the sandbox's env for this command. */
+    env: EnvSchema.default({}),
+    /** Working directory. @default the sandbox's cwd */
+    cwd: SandboxPathSchema.optional(),
+    /** Kill the command after this many ms (1 ms to 24 h). @default 60_000 (1 minute) */
+    timeoutMs: z.number().int().min(1).max(MAX_EXEC_TIMEOUT_MS).default(DEFAULT_EXEC_TIMEOUT_MS),
+    /** Bytes for the command's stdin, base64; stdin is closed after them. @default empty */
+    stdin: z.base64().max(14_000_000).optional(),
+  })
+  .strict()
+  .meta({ id: 'ExecRequest' });
+export type ExecRequest = z.input<typeof ExecRequestSchema>;
+
+/** How a command ended. Exactly one of `exitCode` and `signal` is non-null. */
+export const ExitInfoSchema = z.object({
+  /** 0-255, or null when a signal ended the command. */
+  exitCode: z.number().int().min(0).max(255).nullable(),
+  /** Signal name (`SIGKILL`), or null when the command exited. */
+  signal: z.string().nullable(),
+  /** True when the command ran past `timeoutMs` and was killed. */
+  timedOut: z.boolean(),
+  /** Wall time from start to exit, ms. */
+  durationMs: z.number(),
+});
+export type ExitInfo = z.infer<typeof ExitInfoSchema>;
+
+/** Response of `POST /v1/sandboxes/{id}/exec`. Output is bytes, base64 on the wire. */
+export const ExecResultSchema = ExitInfoSchema.extend({
+  stdout: z.base64(),
+  stderr: z.base64(),
+  /** True when stdout or stderr went past {@link EXEC_OUTPUT_CAP_BYTES} and the rest was dropped. */
+  truncated: z.boolean(),
+}).meta({ id: 'ExecResult' });
+export type ExecResult = z.infer<typeof ExecResultSchema>;
+
+/**
+ * Streaming exec over WebSocket at `GET /v1/sandboxes/{id}/exec/stream`.
+ *
+ * Binary frames carry output and input: the first byte is the channel ({@link ExecChannel}), the rest is raw bytes.
+ * Text frames carry JSON control messages: the client sends {@link ExecClientFrame}s (`start` first), the server
+ * sends {@link ExecServerFrame}s; `exit` or `error` is always the last frame.
+ */
+export const ExecChannel = { stdin: 0, stdout: 1, stderr: 2 } as const;
+export type ExecChannel = (typeof ExecChannel)[keyof typeof ExecChannel];
+
+export const ExecClientFrameSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('start'), request: ExecRequestSchema }),
+  z.object({ type: z.literal('stdin_close') }),
+  z.object({ type: z.literal('signal'), signal: z.enum(['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2']) }),
+]);
+export type ExecClientFrame = z.infer<typeof ExecClientFrameSchema>;
+
+export const ExecServerFrameSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('started') }),
+  ExitInfoSchema.extend({ type: z.literal('exit') }),
+  z.object({
+    type: z.literal('error'),
+    error: z.object({ code: z.string(), message: z.string(), hint: z.string().optional(), requestId: z.string() }),
+  }),
+]);
+export type ExecServerFrame = z.infer<typeof ExecServerFrameSchema>;

@@ -1,0 +1,113 @@
+import { z } from 'zod';
+import { EnvSchema, InstantSchema, LabelsSchema, NameSchema, SandboxIdSchema, SandboxPathSchema } from './common.js';
+
+/** Observed sandbox states (ARCHITECTURE §3). `error` always carries a condition with a reason and is deletable. */
+export const SandboxStateSchema = z.enum([
+  'creating',
+  'running',
+  'pausing',
+  'paused',
+  'resuming',
+  'stopping',
+  'stopped',
+  'deleting',
+  'deleted',
+  'error',
+]);
+export type SandboxState = z.infer<typeof SandboxStateSchema>;
+
+/** A condition: a fact about the sandbox with a reason (for example `OOMKilled`, `RuntimeExited`). */
+export const ConditionSchema = z
+  .object({
+    type: z.string(),
+    status: z.enum(['true', 'false']),
+    reason: z.string(),
+    message: z.string(),
+    at: InstantSchema,
+  })
+  .meta({ id: 'Condition' });
+export type Condition = z.infer<typeof ConditionSchema>;
+
+/** Resource limits of a sandbox. */
+export const ResourcesSchema = z
+  .object({
+    /** CPU cores (fractions allowed), enforced as a CFS quota. @default 1 */
+    cpuCount: z.number().min(0.1).max(64),
+    /** Memory limit in MiB, enforced by the sandbox's memory cgroup. @default 512 */
+    memoryMiB: z.number().int().min(64).max(262_144),
+    /** Disk limit in MiB for the sandbox's writable layer. @default 2048 (2 GiB) */
+    diskMiB: z.number().int().min(64).max(1_048_576),
+  })
+  .meta({ id: 'Resources' });
+export type Resources = z.infer<typeof ResourcesSchema>;
+
+/** Default limits applied when a create request leaves them out. */
+export const DEFAULT_RESOURCES: Resources = { cpuCount: 1, memoryMiB: 512, diskMiB: 2048 };
+/** Default sandbox TTL in ms: 3_600_000 (1 hour). Pass `timeoutMs: null` for none. */
+export const DEFAULT_SANDBOX_TIMEOUT_MS = 3_600_000;
+
+/** Body of `POST /v1/sandboxes`. */
+export const CreateSandboxRequestSchema = z
+  .object({
+    /** Template name. @default 'base' */
+    template: NameSchema.default('base'),
+    /** Default environment for every command. */
+    env: EnvSchema.default({}),
+    /** Default working directory for every command. @default '/root' */
+    cwd: SandboxPathSchema.default('/root'),
+    cpuCount: ResourcesSchema.shape.cpuCount.optional(),
+    memoryMiB: ResourcesSchema.shape.memoryMiB.optional(),
+    diskMiB: ResourcesSchema.shape.diskMiB.optional(),
+    labels: LabelsSchema.default({}),
+    /** Time to live from creation in ms (1 s to 30 days); the sandbox is deleted when it runs out. `null` for none. @default 3_600_000 (1 hour) */
+    timeoutMs: z.number().int().min(1000).max(2_592_000_000).nullable().default(DEFAULT_SANDBOX_TIMEOUT_MS),
+  })
+  .strict()
+  .meta({ id: 'CreateSandboxRequest' });
+export type CreateSandboxRequest = z.input<typeof CreateSandboxRequestSchema>;
+
+/** A sandbox as the API shows it. */
+export const SandboxSchema = z
+  .object({
+    id: SandboxIdSchema,
+    template: NameSchema,
+    /** Content address of the template the sandbox started from. */
+    templateId: z.string(),
+    state: SandboxStateSchema,
+    conditions: z.array(ConditionSchema),
+    env: z.record(z.string(), z.string()),
+    cwd: z.string(),
+    hostname: z.string(),
+    resources: ResourcesSchema,
+    labels: z.record(z.string(), z.string()),
+    timeoutMs: z.number().int().nullable(),
+    /** When the TTL runs out (ISO-8601), or null if the sandbox has no TTL. */
+    expiresAt: InstantSchema.nullable(),
+    createdAt: InstantSchema,
+    updatedAt: InstantSchema,
+  })
+  .meta({ id: 'Sandbox' });
+export type Sandbox = z.infer<typeof SandboxSchema>;
+
+/** Query of `GET /v1/sandboxes`: filter by state and labels (`label=k=v`, repeatable), cursor pagination. */
+export const ListSandboxesQuerySchema = z
+  .object({
+    state: SandboxStateSchema.optional(),
+    label: z
+      .union([z.string(), z.array(z.string())])
+      .optional()
+      .transform((v) => (v === undefined ? [] : Array.isArray(v) ? v : [v]))
+      .pipe(z.array(z.string().regex(/^[^=]+=.*$/, 'label filters look like key=value')).max(32)),
+    limit: z.coerce.number().int().min(1).max(200).default(50),
+    cursor: z.string().max(512).optional(),
+  })
+  .meta({ id: 'ListSandboxesQuery' });
+
+/** Response of `GET /v1/sandboxes`. `nextCursor` is null on the last page. */
+export const SandboxListSchema = z
+  .object({ items: z.array(SandboxSchema), nextCursor: z.string().nullable() })
+  .meta({ id: 'SandboxList' });
+export type SandboxList = z.infer<typeof SandboxListSchema>;
+
+/** Path parameters naming one sandbox. */
+export const SandboxParamsSchema = z.object({ id: SandboxIdSchema });
