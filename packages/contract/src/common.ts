@@ -8,9 +8,13 @@ export const ID_RANDOM_LENGTH = 20;
 const idPattern = (prefix: string) => new RegExp(`^${prefix}_[${ID_ALPHABET}]{${ID_RANDOM_LENGTH}}$`);
 
 /** `sbx_` + 20 base32 characters. */
-export const SandboxIdSchema = z.string().regex(idPattern('sbx'), 'must look like sbx_ followed by 20 base32 characters');
+export const SandboxIdSchema = z
+  .string()
+  .regex(idPattern('sbx'), 'must look like sbx_ followed by 20 base32 characters');
 /** `key_` + 20 base32 characters. */
-export const ApiKeyIdSchema = z.string().regex(idPattern('key'), 'must look like key_ followed by 20 base32 characters');
+export const ApiKeyIdSchema = z
+  .string()
+  .regex(idPattern('key'), 'must look like key_ followed by 20 base32 characters');
 
 /** ISO-8601 UTC instant, for example `2026-11-29T08:00:00.000Z`. */
 export const InstantSchema = z.iso.datetime();
@@ -31,7 +35,9 @@ export const LabelsSchema = z
 /** Environment variables: names `[A-Za-z_][A-Za-z0-9_]*`, values without NUL bytes; at most 256 entries. */
 export const EnvSchema = z
   .record(
-    z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,255}$/, 'env names use letters, digits and _ and do not start with a digit'),
+    z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]{0,255}$/, 'env names use letters, digits and _ and do not start with a digit'),
     z
       .string()
       .max(32_768)

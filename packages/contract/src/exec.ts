@@ -81,7 +81,10 @@ export type ExecChannel = (typeof ExecChannel)[keyof typeof ExecChannel];
 export const ExecClientFrameSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('start'), request: ExecRequestSchema }),
   z.object({ type: z.literal('stdin_close') }),
-  z.object({ type: z.literal('signal'), signal: z.enum(['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2']) }),
+  z.object({
+    type: z.literal('signal'),
+    signal: z.enum(['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2']),
+  }),
 ]);
 export type ExecClientFrame = z.infer<typeof ExecClientFrameSchema>;
 

@@ -32,9 +32,7 @@ export const CreateApiKeyRequestSchema = z
 export type CreateApiKeyRequest = z.input<typeof CreateApiKeyRequestSchema>;
 
 /** Response of `POST /v1/keys`: the key and its secret, shown only this once. */
-export const CreatedApiKeySchema = z
-  .object({ key: ApiKeySchema, secret: z.string() })
-  .meta({ id: 'CreatedApiKey' });
+export const CreatedApiKeySchema = z.object({ key: ApiKeySchema, secret: z.string() }).meta({ id: 'CreatedApiKey' });
 
 export const ApiKeyListSchema = z.object({ items: z.array(ApiKeySchema) }).meta({ id: 'ApiKeyList' });
 export const ApiKeyParamsSchema = z.object({ id: ApiKeyIdSchema });
