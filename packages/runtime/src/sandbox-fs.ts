@@ -1,3 +1,7 @@
+import { randomBytes } from 'node:crypto';
+import type { Stats } from 'node:fs';
+import { createReadStream, constants as fsc } from 'node:fs';
+import { type FileHandle, lstat, mkdir, open, readdir, readlink, rename, rmdir, stat, unlink } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import type { ErrorCode, FileInfo } from '@burrow/contract';
 
@@ -13,41 +17,353 @@ export class FsError extends Error {
   }
 }
 
+/** Linux `O_PATH` (not exported by node:fs): a handle that names a directory without opening it for reading. */
+const O_PATH = 0o10000000;
+const DIR_FLAGS = O_PATH | fsc.O_DIRECTORY | fsc.O_NOFOLLOW;
+/** Symlink hops allowed in one resolution, as Linux's MAXSYMLINKS. */
+const MAX_SYMLINK_HOPS = 40;
+/** Longest path component in bytes (NAME_MAX). */
+const NAME_MAX_BYTES = 255;
+/** Most entries one `list` call returns. */
+export const MAX_LIST_ENTRIES = 50_000;
+
+/** A path resolved to a held directory handle plus one final name inside it (`null` = the directory itself). */
+interface Resolved {
+  dir: FileHandle;
+  name: string | null;
+  /** Sandbox path of the resolved target, for messages and FileInfo. */
+  path: string;
+  /** Handles to close when done (includes `dir`). */
+  held: FileHandle[];
+}
+
 /**
  * File access beneath a sandbox's host root directory, resolved the way the sandbox's own kernel would
- * (RESOLVE_IN_ROOT): `..` stops at the root, absolute and relative symlinks are re-rooted, and no call ever
- * reaches a host file outside the root. Paths are absolute sandbox paths (`/root/a.txt`).
+ * (the semantics of Linux `openat2(RESOLVE_IN_ROOT)`): `..` stops at the root, absolute and relative symlinks are
+ * re-rooted, and no call ever reaches a host file outside the root.
  *
- * IMPLEMENTATION PENDING (being written now) — the signatures below are final.
+ * How: every step opens exactly one name relative to a directory handle it holds, as
+ * `/proc/self/fd/<handle>/<name>` with `O_NOFOLLOW`, so the host kernel never follows a symlink the sandbox planted
+ * and a directory swapped for a symlink mid-call is seen as a symlink (then resolved inside the root), never
+ * followed. Symlinks are read and re-resolved by this class; `..` pops its own stack of held handles.
+ * Paths are absolute sandbox paths (`/root/a.txt`).
  */
 export class SandboxFs {
+  /** @param rootDir absolute host path of the sandbox's root filesystem (trusted, chosen by the driver) */
   constructor(readonly rootDir: string) {}
+
   /** Metadata of `path` (a final symlink is reported, not followed). @throws FsError */
-  stat(_path: string): Promise<FileInfo> {
-    throw new Error('pending');
+  async stat(path: string): Promise<FileInfo> {
+    return this.withResolved(path, { followFinal: false }, async (r) => {
+      const st = await statOf(r);
+      return infoOf(r.path, st, st.isSymbolicLink() ? await guard(r.path, () => readlink(at(r))) : undefined);
+    });
   }
-  /** A stream of the file's bytes (symlinks followed inside the root). @throws FsError */
-  openRead(_path: string): Promise<{ stream: Readable; sizeBytes: number }> {
-    throw new Error('pending');
+
+  /** A stream of the file's bytes (symlinks followed inside the root). The caller consumes or destroys it. @throws FsError */
+  async openRead(path: string): Promise<{ stream: Readable; sizeBytes: number }> {
+    const handle = await this.withResolved(path, { followFinal: true }, async (r) => {
+      if (r.name === null) throw new FsError('is_a_directory', `${r.path} is a directory`);
+      return guard(r.path, () => open(at(r), fsc.O_RDONLY | fsc.O_NOFOLLOW));
+    });
+    const st = await handle.stat();
+    if (!st.isFile()) {
+      await handle.close();
+      throw st.isDirectory()
+        ? new FsError('is_a_directory', `${path} is a directory; list it instead`)
+        : new FsError('invalid_path', `${path} is not a regular file`);
+    }
+    return { stream: createReadStream('', { fd: handle, autoClose: true }), sizeBytes: st.size };
   }
-  /** Write `data` to `path`, creating missing parents; `mode` are permission bits. @throws FsError */
-  write(_path: string, _data: Buffer | Readable, _options?: { mode?: number }): Promise<FileInfo> {
-    throw new Error('pending');
+
+  /**
+   * Write `data` to `path` atomically (a temporary file in the same directory, then rename), creating missing
+   * parent directories. A final symlink is followed inside the root.
+   * @param options.mode permission bits. @default 0o644
+   * @throws FsError
+   */
+  async write(path: string, data: Buffer | Readable, options: { mode?: number } = {}): Promise<FileInfo> {
+    const mode = options.mode ?? 0o644;
+    return this.withResolved(path, { followFinal: true, createParents: true }, async (r) => {
+      if (r.name === null) throw new FsError('is_a_directory', `${r.path} is a directory`);
+      const existing = await lstat(at(r)).catch(() => null);
+      if (existing?.isDirectory()) throw new FsError('is_a_directory', `${r.path} is a directory`);
+      const tmpName = `.${r.name.slice(0, 200)}.burrow-${randomBytes(6).toString('hex')}`;
+      const tmpPath = `/proc/self/fd/${r.dir.fd}/${tmpName}`;
+      const fh = await guard(r.path, () =>
+        open(tmpPath, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, mode & 0o7777),
+      );
+      try {
+        if (Buffer.isBuffer(data)) await fh.writeFile(data);
+        else
+          for await (const chunk of data)
+            await fh.write(typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer));
+        await fh.chmod(mode & 0o7777);
+        await fh.close();
+        await guard(r.path, () => rename(tmpPath, at(r)));
+      } catch (err) {
+        await fh.close().catch(() => undefined);
+        await unlink(tmpPath).catch(() => undefined);
+        throw toFsError(r.path, err);
+      }
+      const st = await statOf(r);
+      return infoOf(r.path, st);
+    });
   }
-  /** Entries beneath a directory, `depth` levels deep (1 = direct children). @throws FsError */
-  list(_path: string, _options?: { depth?: number }): Promise<FileInfo[]> {
-    throw new Error('pending');
+
+  /** Entries beneath a directory, `depth` levels deep (1 = direct children), sorted by path. @throws FsError */
+  async list(path: string, options: { depth?: number } = {}): Promise<FileInfo[]> {
+    const depth = options.depth ?? 1;
+    return this.withResolved(path, { followFinal: true }, async (r) => {
+      const dir = r.name === null ? r.dir : await guard(r.path, () => open(at(r), DIR_FLAGS));
+      const out: FileInfo[] = [];
+      try {
+        await listInto(dir, r.path, depth, out);
+      } finally {
+        if (dir !== r.dir) await dir.close();
+      }
+      return out.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+    });
   }
-  /** `mkdir -p`. @throws FsError */
-  mkdir(_path: string): Promise<FileInfo> {
-    throw new Error('pending');
+
+  /** `mkdir -p`; an existing directory is fine. @throws FsError (`file_exists` if a non-directory is in the way) */
+  async mkdir(path: string): Promise<FileInfo> {
+    return this.withResolved(path, { followFinal: true, createParents: true }, async (r) => {
+      if (r.name !== null) {
+        await mkdir(at(r), 0o755).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== 'EEXIST') throw toFsError(r.path, err);
+        });
+      }
+      const st = await statOf(r);
+      if (!st.isDirectory()) throw new FsError('file_exists', `${r.path} exists and is not a directory`);
+      return infoOf(r.path, st);
+    });
   }
-  /** Remove a file, symlink or (with `recursive`) a directory tree. @throws FsError */
-  remove(_path: string, _options?: { recursive?: boolean }): Promise<void> {
-    throw new Error('pending');
+
+  /** Remove a file, symlink (not its target) or, with `recursive`, a directory tree. @throws FsError */
+  async remove(path: string, options: { recursive?: boolean } = {}): Promise<void> {
+    await this.withResolved(path, { followFinal: false }, async (r) => {
+      if (r.name === null) throw new FsError('invalid_path', 'the sandbox root itself cannot be removed');
+      const st = await guard(r.path, () => lstat(at(r)));
+      if (!st.isDirectory()) return guard(r.path, () => unlink(at(r)));
+      if (options.recursive) await removeTree(r.dir, r.name, r.path);
+      else await guard(r.path, () => rmdir(at(r)));
+    });
   }
-  /** Rename `from` to `to` (both inside the root). @throws FsError */
-  rename(_from: string, _to: string): Promise<void> {
-    throw new Error('pending');
+
+  /** Rename `from` to `to`, both inside the root; an existing file at `to` is replaced. @throws FsError */
+  async rename(from: string, to: string): Promise<void> {
+    await this.withResolved(from, { followFinal: false }, (src) =>
+      this.withResolved(to, { followFinal: false }, async (dst) => {
+        if (src.name === null || dst.name === null) {
+          throw new FsError('invalid_path', 'the sandbox root cannot be renamed or replaced');
+        }
+        await guard(src.path, () => rename(at(src), at(dst)));
+      }),
+    );
   }
+
+  private async withResolved<T>(
+    path: string,
+    opts: { followFinal: boolean; createParents?: boolean },
+    fn: (r: Resolved) => Promise<T>,
+  ): Promise<T> {
+    const r = await this.resolve(path, opts);
+    try {
+      return await fn(r);
+    } finally {
+      await Promise.all(r.held.map((h) => h.close().catch(() => undefined)));
+    }
+  }
+
+  /** Walk `path` from the root one name at a time (see the class comment). */
+  private async resolve(path: string, opts: { followFinal: boolean; createParents?: boolean }): Promise<Resolved> {
+    const queue = checkPath(path);
+    const root = await open(this.rootDir, O_PATH | fsc.O_DIRECTORY);
+    const stack: { handle: FileHandle; name: string }[] = [{ handle: root, name: '' }];
+    const held: FileHandle[] = [root];
+    const top = () => stack[stack.length - 1] as { handle: FileHandle; name: string };
+    const here = (name: string | null) => {
+      const parts = stack.slice(1).map((s) => s.name);
+      if (name !== null) parts.push(name);
+      return `/${parts.join('/')}`;
+    };
+    let hops = 0;
+    try {
+      while (queue.length > 0) {
+        const name = queue.shift() as string;
+        if (name === '' || name === '.') continue;
+        if (name === '..') {
+          if (stack.length > 1) stack.pop();
+          continue;
+        }
+        const last = queue.every((c) => c === '' || c === '.');
+        if (last && !opts.followFinal) return { dir: top().handle, name, path: here(name), held };
+        const childPath = `/proc/self/fd/${top().handle.fd}/${name}`;
+        let child: FileHandle;
+        try {
+          child = await open(childPath, DIR_FLAGS);
+        } catch (err) {
+          const code = (err as NodeJS.ErrnoException).code;
+          if (code === 'ENOENT' && !last && opts.createParents) {
+            await mkdir(childPath, 0o755).catch((e: NodeJS.ErrnoException) => {
+              if (e.code !== 'EEXIST') throw e;
+            });
+            queue.unshift(name);
+            continue;
+          }
+          if (code === 'ENOENT') {
+            if (last) return { dir: top().handle, name, path: here(name), held };
+            throw new FsError('file_not_found', `${here(name)} does not exist`);
+          }
+          if (code !== 'ENOTDIR' && code !== 'ELOOP') throw err;
+          const st = await lstat(childPath);
+          if (!st.isSymbolicLink()) {
+            if (last) return { dir: top().handle, name, path: here(name), held };
+            throw new FsError('not_a_directory', `${here(name)} is not a directory`);
+          }
+          if (++hops > MAX_SYMLINK_HOPS) throw new FsError('invalid_path', `too many levels of symlinks in ${path}`);
+          const target = await readlink(childPath);
+          if (target.startsWith('/')) stack.length = 1;
+          queue.unshift(...target.split('/'));
+          continue;
+        }
+        held.push(child);
+        stack.push({ handle: child, name });
+      }
+      // The path named a directory (the root, or one reached through `..` or a symlink): address it by itself.
+      const dirPath = here(null);
+      return { dir: top().handle, name: null, path: dirPath, held };
+    } catch (err) {
+      await Promise.all(held.map((h) => h.close().catch(() => undefined)));
+      throw toFsError(path, err);
+    }
+  }
+}
+
+/** Metadata of the resolved target; a directory addressed by its own handle is stat-ed through its magic link. */
+function statOf(r: Resolved): Promise<Stats> {
+  return guard(r.path, () => (r.name === null ? stat(at(r)) : lstat(at(r))));
+}
+
+/** The host path that names `r` through its held directory handle. */
+function at(r: Resolved): string {
+  return r.name === null ? `/proc/self/fd/${r.dir.fd}` : `/proc/self/fd/${r.dir.fd}/${r.name}`;
+}
+
+/** Split and check an absolute sandbox path. @throws FsError invalid_path */
+function checkPath(path: string): string[] {
+  if (typeof path !== 'string' || !path.startsWith('/')) {
+    throw new FsError('invalid_path', `paths are absolute inside the sandbox; got ${JSON.stringify(path)}`);
+  }
+  if (path.includes('\0')) throw new FsError('invalid_path', 'paths may not contain NUL bytes');
+  if (Buffer.byteLength(path) > 4096) throw new FsError('invalid_path', 'path longer than 4096 bytes');
+  const parts = path.split('/');
+  for (const p of parts) {
+    if (Buffer.byteLength(p) > NAME_MAX_BYTES)
+      throw new FsError('invalid_path', `path component longer than 255 bytes`);
+  }
+  return parts;
+}
+
+async function listInto(dir: FileHandle, dirPath: string, depth: number, out: FileInfo[]): Promise<void> {
+  const names = await guard(dirPath, () => readdir(`/proc/self/fd/${dir.fd}`));
+  for (const name of names) {
+    if (out.length >= MAX_LIST_ENTRIES) {
+      throw new FsError('invalid_request', `more than ${MAX_LIST_ENTRIES} entries; list with a smaller depth`);
+    }
+    const childPath = dirPath === '/' ? `/${name}` : `${dirPath}/${name}`;
+    const hostPath = `/proc/self/fd/${dir.fd}/${name}`;
+    const st = await lstat(hostPath).catch(() => null);
+    if (st === null) continue; // removed meanwhile
+    out.push(infoOf(childPath, st, st.isSymbolicLink() ? await readlink(hostPath).catch(() => '') : undefined));
+    if (depth > 1 && st.isDirectory()) {
+      const child = await open(hostPath, DIR_FLAGS).catch(() => null);
+      if (child === null) continue; // swapped for something else meanwhile
+      try {
+        await listInto(child, childPath, depth - 1, out);
+      } finally {
+        await child.close();
+      }
+    }
+  }
+}
+
+/** Remove `name` (a directory) under `parent` and everything in it, one held handle at a time. */
+async function removeTree(parent: FileHandle, name: string, path: string): Promise<void> {
+  const dirHostPath = `/proc/self/fd/${parent.fd}/${name}`;
+  const dir = await guard(path, () => open(dirHostPath, DIR_FLAGS)).catch(async (err: FsError) => {
+    if (err.code === 'not_a_directory' || err.code === 'invalid_path') {
+      // Swapped for a file or symlink meanwhile: remove that entry itself, never what it points to.
+      await guard(path, () => unlink(dirHostPath));
+      return null;
+    }
+    throw err;
+  });
+  if (dir === null) return;
+  try {
+    for (const child of await readdir(`/proc/self/fd/${dir.fd}`)) {
+      const childHostPath = `/proc/self/fd/${dir.fd}/${child}`;
+      const st = await lstat(childHostPath).catch(() => null);
+      if (st === null) continue;
+      if (st.isDirectory()) await removeTree(dir, child, `${path}/${child}`);
+      else
+        await unlink(childHostPath).catch((err: NodeJS.ErrnoException) => {
+          if (err.code !== 'ENOENT') throw toFsError(`${path}/${child}`, err);
+        });
+    }
+  } finally {
+    await dir.close();
+  }
+  await guard(path, () => rmdir(dirHostPath));
+}
+
+function infoOf(path: string, st: Stats, symlinkTarget?: string): FileInfo {
+  const type = st.isFile() ? 'file' : st.isDirectory() ? 'directory' : st.isSymbolicLink() ? 'symlink' : 'other';
+  const name = path === '/' ? '/' : (path.split('/').pop() ?? '');
+  const info: FileInfo = {
+    path,
+    name,
+    type,
+    sizeBytes: st.size,
+    mode: st.mode & 0o7777,
+    modifiedAt: st.mtime.toISOString(),
+  };
+  if (symlinkTarget !== undefined) info.symlinkTarget = symlinkTarget;
+  return info;
+}
+
+async function guard<T>(path: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    throw toFsError(path, err);
+  }
+}
+
+/** Map an errno to the API error code and a message that says what to do. */
+export function toFsError(path: string, err: unknown): FsError {
+  if (err instanceof FsError) return err;
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  const map: Record<string, [ErrorCode, string]> = {
+    ENOENT: ['file_not_found', `${path} does not exist`],
+    EISDIR: ['is_a_directory', `${path} is a directory`],
+    ENOTDIR: ['not_a_directory', `a component of ${path} is not a directory`],
+    EEXIST: ['file_exists', `${path} already exists`],
+    ENOTEMPTY: ['directory_not_empty', `${path} is not empty; pass recursive to remove it with its contents`],
+    ENOSPC: [
+      'no_space',
+      `no space left on the sandbox disk writing ${path}; free space or create the sandbox with a larger diskMiB`,
+    ],
+    EDQUOT: ['no_space', `disk quota exceeded writing ${path}`],
+    ENAMETOOLONG: ['invalid_path', `${path} is too long`],
+    ELOOP: ['invalid_path', `too many levels of symlinks in ${path}`],
+    EINVAL: ['invalid_path', `invalid operation on ${path} (for example moving a directory into itself)`],
+    EXDEV: ['invalid_path', `${path} cannot be moved across file systems`],
+    EACCES: ['forbidden', `permission denied on ${path}`],
+    EPERM: ['forbidden', `operation not permitted on ${path}`],
+  };
+  const hit = code === undefined ? undefined : map[code];
+  if (hit) return new FsError(hit[0], hit[1], { cause: err });
+  return new FsError('internal_error', `file operation on ${path} failed`, { cause: err });
 }

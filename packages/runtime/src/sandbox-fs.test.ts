@@ -1,0 +1,169 @@
+import { mkdir, mkdtemp, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FsError, SandboxFs } from './sandbox-fs.js';
+
+let base: string;
+let root: string;
+let outside: string;
+let fs: SandboxFs;
+const CANARY = 'host canary: must never be read through a sandbox';
+
+beforeEach(async () => {
+  base = await mkdtemp(join(tmpdir(), 'burrow-sfs-'));
+  root = join(base, 'root');
+  outside = join(base, 'outside');
+  await mkdir(join(root, 'home'), { recursive: true });
+  await mkdir(outside);
+  await writeFile(join(outside, 'canary'), CANARY);
+  fs = new SandboxFs(root);
+});
+
+afterEach(async () => {
+  await rm(base, { recursive: true, force: true });
+});
+
+async function codeOf(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof FsError) return err.code;
+    throw err;
+  }
+  return 'no error';
+}
+
+async function readAll(path: string): Promise<Buffer> {
+  const { stream } = await fs.openRead(path);
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
+
+describe('SandboxFs basics', () => {
+  it('writes, reads binary exact, stats and lists', async () => {
+    const bytes = Buffer.from([0, 255, 0xc3, 0x28, 10, 0, 1, 2]);
+    const info = await fs.write('/home/a/b/c.bin', bytes, { mode: 0o600 });
+    expect(info).toMatchObject({ path: '/home/a/b/c.bin', name: 'c.bin', type: 'file', sizeBytes: 8, mode: 0o600 });
+    expect(await readAll('/home/a/b/c.bin')).toEqual(bytes);
+    expect(await readFile(join(root, 'home/a/b/c.bin'))).toEqual(bytes);
+    const list = await fs.list('/home', { depth: 3 });
+    expect(list.map((e) => e.path)).toEqual(['/home/a', '/home/a/b', '/home/a/b/c.bin']);
+    expect((await fs.list('/home')).map((e) => e.path)).toEqual(['/home/a']);
+  });
+
+  it('streams a write from a Readable and replaces atomically', async () => {
+    await fs.write('/f', Buffer.from('old'));
+    await fs.write('/f', Readable.from([Buffer.from('new '), Buffer.from('content')]));
+    expect((await readAll('/f')).toString()).toBe('new content');
+    const names = (await fs.list('/')).map((e) => e.name);
+    expect(names.filter((n) => n.includes('burrow-'))).toEqual([]);
+  });
+
+  it('mkdir -p, rename, remove with and without recursive', async () => {
+    await fs.mkdir('/x/y/z');
+    await fs.mkdir('/x/y/z');
+    expect((await fs.stat('/x/y/z')).type).toBe('directory');
+    await fs.write('/x/y/z/f', Buffer.from('1'));
+    expect(await codeOf(fs.remove('/x'))).toBe('directory_not_empty');
+    await fs.rename('/x/y/z/f', '/x/g');
+    expect((await readAll('/x/g')).toString()).toBe('1');
+    await fs.remove('/x', { recursive: true });
+    expect(await codeOf(fs.stat('/x'))).toBe('file_not_found');
+  });
+
+  it('answers clear codes for bad paths and kinds', async () => {
+    await fs.write('/file', Buffer.from('x'));
+    expect(await codeOf(fs.stat('relative'))).toBe('invalid_path');
+    expect(await codeOf(fs.stat('/a\0b'))).toBe('invalid_path');
+    expect(await codeOf(fs.stat(`/${'a'.repeat(300)}`))).toBe('invalid_path');
+    expect(await codeOf(fs.stat('/missing'))).toBe('file_not_found');
+    expect(await codeOf(fs.openRead('/home'))).toBe('is_a_directory');
+    expect(await codeOf(fs.write('/home', Buffer.from('x')))).toBe('is_a_directory');
+    expect(await codeOf(fs.write('/file/child', Buffer.from('x')))).toBe('not_a_directory');
+    expect(await codeOf(fs.mkdir('/file'))).toBe('file_exists');
+    expect(await codeOf(fs.remove('/'))).toBe('invalid_path');
+    expect(await codeOf(fs.rename('/home', '/home/inside'))).toBe('invalid_path');
+  });
+});
+
+describe('SandboxFs confinement', () => {
+  it('clamps .. at the root', async () => {
+    await fs.write('/../../../../outside/canary', Buffer.from('inside'));
+    expect(await readFile(join(outside, 'canary'), 'utf8')).toBe(CANARY);
+    expect((await readAll('/outside/canary')).toString()).toBe('inside');
+    expect((await fs.stat('/home/../..')).path).toBe('/');
+  });
+
+  it('re-roots absolute and relative symlinks planted in the sandbox', async () => {
+    await symlink('/', join(root, 'escape-abs'));
+    await symlink('../../../../../', join(root, 'home', 'escape-rel'));
+    await symlink(join(outside, 'canary'), join(root, 'canary-link'));
+    for (const p of ['/escape-abs/outside/canary', '/home/escape-rel/outside/canary']) {
+      expect(await codeOf(fs.openRead(p))).toBe('file_not_found');
+    }
+    // A host-absolute target means the same path inside the sandbox, which does not exist there.
+    expect(await codeOf(fs.openRead('/canary-link'))).toBe('file_not_found');
+    await fs.write('/canary-link', Buffer.from('written inside'));
+    expect(await readFile(join(outside, 'canary'), 'utf8')).toBe(CANARY);
+    expect(await readFile(join(root, outside, 'canary'), 'utf8')).toBe('written inside');
+    expect((await fs.stat('/canary-link')).symlinkTarget).toBe(join(outside, 'canary'));
+  });
+
+  it('removes a symlink, never its target, and recursive remove does not follow links', async () => {
+    await symlink(outside, join(root, 'home', 'out'));
+    await fs.remove('/home', { recursive: true });
+    expect(await readFile(join(outside, 'canary'), 'utf8')).toBe(CANARY);
+    expect(await codeOf(fs.stat('/home'))).toBe('file_not_found');
+  });
+
+  it('reports symlink loops as invalid_path', async () => {
+    await symlink('/loop2', join(root, 'loop1'));
+    await symlink('/loop1', join(root, 'loop2'));
+    expect(await codeOf(fs.openRead('/loop1/x'))).toBe('invalid_path');
+  });
+
+  it('never touches host files while a directory flips to a symlink to / (race)', async () => {
+    await mkdir(join(root, 'flip'));
+    let stop = false;
+    const flipper = (async () => {
+      let n = 0;
+      while (!stop) {
+        const p = join(root, 'flip');
+        // Swap the directory for a symlink to the host root and back, as hostile code in a sandbox would.
+        await rename(p, join(root, `flip-dir-${n}`)).catch(() => undefined);
+        // Alternate a host-absolute target and a relative one that a host-side lookup would follow to the canary.
+        await symlink(n % 2 === 0 ? outside : '../outside', p).catch(() => undefined);
+        await new Promise((r) => setImmediate(r));
+        await rm(p, { force: true }).catch(() => undefined);
+        await rename(join(root, `flip-dir-${n}`), p).catch(() => undefined);
+        n++;
+      }
+    })();
+    const results = { wrote: 0, read: 0 };
+    for (let i = 0; i < 1500; i++) {
+      const op = i % 3;
+      try {
+        if (op === 0) {
+          await fs.write('/flip/canary', Buffer.from(`w${i}`));
+          results.wrote++;
+        } else if (op === 1) {
+          const got = (await readAll('/flip/canary')).toString();
+          expect(got).not.toBe(CANARY);
+          results.read++;
+        } else {
+          await fs.remove('/flip/canary');
+        }
+      } catch (err) {
+        if (!(err instanceof FsError)) throw err;
+      }
+    }
+    stop = true;
+    await flipper;
+    expect(await readFile(join(outside, 'canary'), 'utf8')).toBe(CANARY);
+    expect((await stat(outside)).isDirectory()).toBe(true);
+    expect(results.wrote).toBeGreaterThan(0);
+  });
+});
