@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# README command 1: set up Burrow on a fresh Debian 12 + Node 20 machine (as root) and run the main job.
+#   1. host packages (runsc from bookworm-backports, mmdebstrap, PostgreSQL), 2. npm ci + build,
+#   3. `burrow setup` (database, admin key, the `base` template built once with progress),
+#   4. `burrow server` in the background (left running for the tour; its PID is in $BURROW_DATA_DIR/server.pid),
+#   5. the agent workflow in examples/fix-failing-test against that server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA_DIR="${BURROW_DATA_DIR:-/var/lib/burrow}"
+PORT="${BURROW_PORT:-7420}"
+export BURROW_DATA_DIR="$DATA_DIR" BURROW_URL="${BURROW_URL:-http://127.0.0.1:${PORT}}"
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
+
+say "1/5 host packages"
+bash scripts/install-deps.sh
+say "2/5 npm ci and build"
+npm ci --no-audit --no-fund
+npm run build
+say "3/5 burrow setup (database, admin key, base template)"
+node packages/cli/dist/bin.js setup --data-dir "$DATA_DIR"
+
+say "4/5 burrow server"
+if curl -fsS "$BURROW_URL/v1/health" >/dev/null 2>&1; then
+  echo "a Burrow server already answers at $BURROW_URL; using it" >&2
+else
+  nohup node packages/cli/dist/bin.js server --data-dir "$DATA_DIR" --port "$PORT" >>"$DATA_DIR/server.log" 2>&1 &
+  echo $! >"$DATA_DIR/server.pid"
+  for _ in $(seq 1 100); do curl -fsS "$BURROW_URL/v1/health" >/dev/null 2>&1 && break; sleep 0.2; done
+  curl -fsS "$BURROW_URL/v1/health" >/dev/null || { echo "the server did not start; see $DATA_DIR/server.log" >&2; exit 1; }
+  echo "server running at $BURROW_URL (pid $(cat "$DATA_DIR/server.pid"), log $DATA_DIR/server.log)" >&2
+fi
+
+say "5/5 main job: an agent fixes a failing test in a sandbox"
+BURROW_API_KEY="$(cat "$DATA_DIR/admin-key")" npx tsx examples/fix-failing-test/main.ts "$DATA_DIR/example-report.json"
+
+cat >&2 <<MSG
+
+Burrow is running at $BURROW_URL. Try:
+  npx burrow sandbox create            # prints a sandbox id
+  npx burrow exec <id> -- python3 -c 'print(6*7)'
+Stop the server with: kill \$(cat $DATA_DIR/server.pid)
+MSG
