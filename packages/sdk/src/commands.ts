@@ -1,0 +1,223 @@
+import { type ExecRequest, ExecResultSchema } from '@burrow/contract';
+import {
+  CommandExitError,
+  type CommandResult,
+  CommandTimeoutError,
+  concatBytes,
+  resultFromWire,
+} from './command-result.js';
+import { BurrowError } from './errors.js';
+import { ExecStream } from './exec-stream.js';
+import type { HttpClient } from './http-client.js';
+
+/** Options of {@link Commands.run}. */
+export interface RunCommandOptions {
+  /** Added to the sandbox's environment for this command. */
+  env?: Record<string, string> | undefined;
+  /** Working directory (absolute). @default the sandbox's `cwd` */
+  cwd?: string | undefined;
+  /** Kill the command after this many ms. @default 60_000 (1 minute); at most 86_400_000 (24 hours) */
+  timeoutMs?: number | undefined;
+  /** Bytes (or UTF-8 text) for stdin; stdin is closed after them. @default empty */
+  stdin?: string | Uint8Array | undefined;
+  /** Called with each stdout chunk as it arrives, decoded as UTF-8 (a character split across chunks stays whole). */
+  onStdout?: ((chunk: string, bytes: Uint8Array) => void) | undefined;
+  /** Called with each stderr chunk as it arrives, decoded as UTF-8 (a character split across chunks stays whole). */
+  onStderr?: ((chunk: string, bytes: Uint8Array) => void) | undefined;
+  /** Cancels the command; the call then throws `AbortedError`. */
+  signal?: AbortSignal | undefined;
+  /** Throw {@link CommandExitError} when the command exits non-zero or dies from a signal. @default false */
+  check?: boolean | undefined;
+}
+
+/** Options of {@link Commands.stream}. */
+export interface StreamCommandOptions {
+  /** Added to the sandbox's environment for this command. */
+  env?: Record<string, string> | undefined;
+  /** Working directory (absolute). @default the sandbox's `cwd` */
+  cwd?: string | undefined;
+  /** Kill the command after this many ms; the exit event then has `timedOut: true`. @default 60_000 (1 minute) */
+  timeoutMs?: number | undefined;
+  /** Bytes (or UTF-8 text) for stdin, closed after them. Leave unset to write stdin through the stream. */
+  stdin?: string | Uint8Array | undefined;
+  /** Aborting it closes the stream; iteration then throws `AbortedError`. */
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * Runs commands in one sandbox: `sandbox.commands`.
+ *
+ * @example
+ * ```ts
+ * const result = await sandbox.commands.run(['python3', '-c', 'print(6*7)']);
+ * console.log(result.exitCode, result.stdout); // 0 '42\n'
+ * ```
+ */
+export class Commands {
+  readonly #http: HttpClient;
+  readonly #sandboxId: string;
+
+  /** @internal Use `sandbox.commands`. */
+  constructor(http: HttpClient, sandboxId: string) {
+    this.#http = http;
+    this.#sandboxId = sandboxId;
+  }
+
+  /**
+   * Runs a command to completion. A string runs with `/bin/sh -c`; an array runs as argv. Without `onStdout` /
+   * `onStderr` it makes one HTTP call; with either, it streams over a WebSocket and calls them per chunk.
+   *
+   * A non-zero exit is data (`result.exitCode`), not an exception, unless `check: true`.
+   *
+   * @returns the exit status and the output as text and bytes.
+   * @throws {@link CommandTimeoutError} when the command runs past `timeoutMs` (its `result` holds the partial output).
+   * @throws {@link CommandExitError} when `check` is true and the command exits non-zero or dies from a signal.
+   * @throws `SandboxNotFoundError`, `SandboxNotRunningError`, `InvalidRequestError`, `ConnectionError`, `AbortedError`.
+   * @example
+   * ```ts
+   * const { stdout } = await sandbox.commands.run('ls -1 /', { check: true });
+   * await sandbox.commands.run(['pip', 'install', 'requests'], { timeoutMs: 300_000, onStdout: (s) => process.stdout.write(s) });
+   * ```
+   */
+  async run(cmd: string | string[], options: RunCommandOptions = {}): Promise<CommandResult> {
+    const streaming = options.onStdout !== undefined || options.onStderr !== undefined;
+    const result = streaming ? await this.#runStreaming(cmd, options) : await this.#runOnce(cmd, options);
+    if (result.timedOut) throw new CommandTimeoutError(result, options.timeoutMs);
+    if (options.check === true && (result.exitCode !== 0 || result.signal !== null)) {
+      throw new CommandExitError(result);
+    }
+    return result;
+  }
+
+  /**
+   * Starts a command and streams its output as typed frames over a WebSocket. Write stdin, close it or send a
+   * signal through the returned {@link ExecStream}. A timeout shows as an exit event with `timedOut: true`.
+   *
+   * @returns the stream; iterating it throws the connection's error (`SandboxNotFoundError`, `ConnectionError`,
+   * `AbortedError`, …) if the command cannot run.
+   * @example
+   * ```ts
+   * const controller = new AbortController();
+   * for await (const event of sandbox.commands.stream('tail -f /var/log/app.log', { signal: controller.signal })) {
+   *   if (event.type === 'stdout') process.stdout.write(event.data);
+   * }
+   * ```
+   */
+  stream(cmd: string | string[], options: StreamCommandOptions = {}): ExecStream {
+    return new ExecStream(this.#http, this.#sandboxId, execRequest(cmd, options), {
+      stdin: options.stdin,
+      signal: options.signal,
+    });
+  }
+
+  async #runOnce(cmd: string | string[], options: RunCommandOptions): Promise<CommandResult> {
+    const request: ExecRequest = execRequest(cmd, options);
+    if (options.stdin !== undefined) {
+      const bytes = typeof options.stdin === 'string' ? Buffer.from(options.stdin, 'utf8') : Buffer.from(options.stdin);
+      request.stdin = bytes.toString('base64');
+    }
+    try {
+      const wire = await this.#http.json(
+        ExecResultSchema,
+        'POST',
+        `/sandboxes/${encodeURIComponent(this.#sandboxId)}/exec`,
+        {
+          json: request,
+          signal: options.signal,
+        },
+      );
+      return resultFromWire(wire);
+    } catch (err) {
+      throw timeoutFromError(err, options.timeoutMs);
+    }
+  }
+
+  async #runStreaming(cmd: string | string[], options: RunCommandOptions): Promise<CommandResult> {
+    const stream = this.stream(cmd, { ...options, stdin: options.stdin ?? new Uint8Array() });
+    const stdout = new StreamCollector(options.onStdout);
+    const stderr = new StreamCollector(options.onStderr);
+    try {
+      for await (const event of stream) {
+        if (event.type === 'stdout') stdout.add(event.data);
+        else if (event.type === 'stderr') stderr.add(event.data);
+        else {
+          const { type: _type, ...exit } = event;
+          return { ...exit, ...stdout.finish('stdout'), ...stderr.finish('stderr'), truncated: false };
+        }
+      }
+    } catch (err) {
+      if (err instanceof BurrowError && err.code === 'exec_timeout') {
+        const partial: CommandResult = {
+          exitCode: null,
+          signal: 'SIGKILL',
+          timedOut: true,
+          durationMs: options.timeoutMs ?? 0,
+          truncated: false,
+          ...stdout.finish('stdout'),
+          ...stderr.finish('stderr'),
+        };
+        throw new CommandTimeoutError(partial, options.timeoutMs, { requestId: err.requestId, cause: err });
+      }
+      throw err;
+    }
+    throw new BurrowError('the exec stream ended without an exit frame', { code: 'protocol_error' });
+  }
+}
+
+function execRequest(
+  cmd: string | string[],
+  options: { env?: Record<string, string> | undefined; cwd?: string | undefined; timeoutMs?: number | undefined },
+): ExecRequest {
+  return {
+    cmd,
+    ...(options.env === undefined ? {} : { env: options.env }),
+    ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
+    ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+  };
+}
+
+/** A server-side `exec_timeout` error (instead of a result with `timedOut`) still becomes a CommandTimeoutError. */
+function timeoutFromError(err: unknown, timeoutMs: number | undefined): unknown {
+  if (!(err instanceof BurrowError) || err.code !== 'exec_timeout') return err;
+  const parsed = ExecResultSchema.safeParse(err.details);
+  const partial: CommandResult = parsed.success
+    ? resultFromWire(parsed.data)
+    : {
+        exitCode: null,
+        signal: 'SIGKILL',
+        timedOut: true,
+        durationMs: timeoutMs ?? 0,
+        truncated: false,
+        stdout: '',
+        stderr: '',
+        stdoutBytes: new Uint8Array(),
+        stderrBytes: new Uint8Array(),
+      };
+  return new CommandTimeoutError(partial, timeoutMs, { requestId: err.requestId, cause: err });
+}
+
+/** Keeps one stream's bytes and feeds its callback text from a streaming decoder. */
+class StreamCollector {
+  readonly #chunks: Uint8Array[] = [];
+  readonly #decoder = new TextDecoder('utf-8');
+  readonly #callback: ((chunk: string, bytes: Uint8Array) => void) | undefined;
+
+  constructor(callback: ((chunk: string, bytes: Uint8Array) => void) | undefined) {
+    this.#callback = callback;
+  }
+
+  add(bytes: Uint8Array): void {
+    this.#chunks.push(bytes);
+    if (this.#callback !== undefined) this.#callback(this.#decoder.decode(bytes, { stream: true }), bytes);
+  }
+
+  finish<K extends 'stdout' | 'stderr'>(name: K): Record<K, string> & Record<`${K}Bytes`, Uint8Array> {
+    if (this.#callback !== undefined) {
+      const tail = this.#decoder.decode();
+      if (tail !== '') this.#callback(tail, new Uint8Array());
+    }
+    const bytes = concatBytes(this.#chunks);
+    return { [name]: new TextDecoder().decode(bytes), [`${name}Bytes`]: bytes } as Record<K, string> &
+      Record<`${K}Bytes`, Uint8Array>;
+  }
+}

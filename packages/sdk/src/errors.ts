@@ -1,0 +1,169 @@
+import { ErrorCode } from '@burrow/contract';
+
+/**
+ * Codes the SDK itself raises, next to the server's {@link ErrorCode}s. Like those, they are stable: branch on them.
+ */
+export const ClientErrorCode = {
+  /** The server could not be reached (connection refused, DNS, TLS, reset). */
+  connectionFailed: 'connection_failed',
+  /** The server answered with something that does not match the contract. */
+  protocolError: 'protocol_error',
+  /** The caller aborted the operation through its `AbortSignal`. */
+  aborted: 'aborted',
+  /** A command exited non-zero (or died from a signal) and the caller asked for `check: true`. */
+  commandExit: 'command_exit',
+} as const;
+
+/** One of the codes in {@link ClientErrorCode}. */
+export type ClientErrorCode = (typeof ClientErrorCode)[keyof typeof ClientErrorCode];
+
+/** Every code a {@link BurrowError} can carry: a server {@link ErrorCode} or a {@link ClientErrorCode}. */
+export type BurrowErrorCode = ErrorCode | ClientErrorCode;
+
+/** Fields of a {@link BurrowError}, as taken by its constructor. */
+export interface BurrowErrorInit {
+  /** Stable error code. */
+  code: BurrowErrorCode;
+  /** What to do about it, when known. */
+  hint?: string | undefined;
+  /** Id of the failed request, as logged by the server (empty for errors raised by the SDK). @default '' */
+  requestId?: string | undefined;
+  /** HTTP status of the response, or 0 when there was none. @default 0 */
+  status?: number | undefined;
+  /** Structured details from the server (for example the fields that failed validation). */
+  details?: unknown;
+  /** The underlying error (network failure, parse failure). */
+  cause?: unknown;
+}
+
+/**
+ * Base class of every error the SDK throws. Branch on {@link BurrowError.code} (stable) rather than on the message.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await Sandbox.get('sbx_00000000000000000000');
+ * } catch (err) {
+ *   if (err instanceof BurrowError) console.error(err.code, err.message, err.hint);
+ * }
+ * ```
+ */
+export class BurrowError extends Error {
+  /** Stable error code (see {@link ErrorCode} and {@link ClientErrorCode}). */
+  readonly code: BurrowErrorCode;
+  /** What to do about it, when known. */
+  readonly hint: string | undefined;
+  /** Id of the failed request, for the server log; empty when the SDK raised the error itself. */
+  readonly requestId: string;
+  /** HTTP status of the response, or 0 when there was none. */
+  readonly status: number;
+  /** Structured details from the server, if any. */
+  readonly details: unknown;
+
+  constructor(message: string, init: BurrowErrorInit) {
+    super(message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = new.target.name;
+    this.code = init.code;
+    this.hint = init.hint;
+    this.requestId = init.requestId ?? '';
+    this.status = init.status ?? 0;
+    this.details = init.details;
+  }
+}
+
+/** The API key is missing, unknown or revoked (`unauthorized`). */
+export class AuthenticationError extends BurrowError {}
+/** The API key may not do this (`forbidden`), for example a member key managing keys. */
+export class PermissionDeniedError extends BurrowError {}
+/** The request failed validation (`invalid_request`, `invalid_json`, `invalid_path`, `payload_too_large`). */
+export class InvalidRequestError extends BurrowError {}
+/** No route matches: usually an SDK and server version mismatch (`route_not_found`). */
+export class RouteNotFoundError extends BurrowError {}
+/** No sandbox with this id exists for the caller's tenant (`sandbox_not_found`). */
+export class SandboxNotFoundError extends BurrowError {}
+/** The sandbox is not running (`sandbox_not_running`). */
+export class SandboxNotRunningError extends BurrowError {}
+/** No ready template with this name exists (`template_not_found`). */
+export class TemplateNotFoundError extends BurrowError {}
+/** A template build failed (`template_build_failed`). */
+export class TemplateBuildError extends BurrowError {}
+/** No API key with this id exists for the caller's tenant (`key_not_found`). */
+export class KeyNotFoundError extends BurrowError {}
+/** The path does not exist in the sandbox (`file_not_found`). */
+export class FileNotFoundError extends BurrowError {}
+/**
+ * The path has the wrong type or the operation conflicts with what is there
+ * (`is_a_directory`, `not_a_directory`, `file_exists`, `directory_not_empty`, `no_space`).
+ */
+export class FileSystemError extends BurrowError {}
+/** The resource already exists or is busy (`conflict`, `template_exists`). */
+export class ConflictError extends BurrowError {}
+/** The server or its runtime failed (`runtime_error`, `internal_error`); the request id finds it in the server log. */
+export class ServerError extends BurrowError {}
+/** The server could not be reached; `cause` holds the network error. */
+export class ConnectionError extends BurrowError {}
+/** The server's answer does not match the contract; usually an SDK and server version mismatch. */
+export class ProtocolError extends BurrowError {}
+/** The operation was aborted through the caller's `AbortSignal`; `cause` holds the signal's reason. */
+export class AbortedError extends BurrowError {}
+
+type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
+
+const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
+  invalid_request: InvalidRequestError,
+  invalid_json: InvalidRequestError,
+  payload_too_large: InvalidRequestError,
+  invalid_path: InvalidRequestError,
+  unauthorized: AuthenticationError,
+  forbidden: PermissionDeniedError,
+  route_not_found: RouteNotFoundError,
+  sandbox_not_found: SandboxNotFoundError,
+  sandbox_not_running: SandboxNotRunningError,
+  template_not_found: TemplateNotFoundError,
+  template_exists: ConflictError,
+  template_build_failed: TemplateBuildError,
+  key_not_found: KeyNotFoundError,
+  file_not_found: FileNotFoundError,
+  is_a_directory: FileSystemError,
+  not_a_directory: FileSystemError,
+  file_exists: FileSystemError,
+  directory_not_empty: FileSystemError,
+  no_space: FileSystemError,
+  // The exec paths turn exec_timeout into CommandTimeoutError with the partial result; elsewhere it is generic.
+  exec_timeout: BurrowError,
+  runtime_error: ServerError,
+  conflict: ConflictError,
+  internal_error: ServerError,
+};
+
+const KNOWN_CODES = new Set<string>(Object.values(ErrorCode));
+
+/** Whether a string is one of the server's {@link ErrorCode}s. */
+export function isServerErrorCode(code: string): code is ErrorCode {
+  return KNOWN_CODES.has(code);
+}
+
+/** The wire error object (the inside of the envelope), loosely typed so that unknown codes still map. */
+export interface WireError {
+  code: string;
+  message: string;
+  hint?: string | undefined;
+  details?: unknown;
+  requestId?: string | undefined;
+}
+
+/**
+ * Builds the right {@link BurrowError} subclass from a server error object.
+ * Unknown codes (a newer server) become a plain `BurrowError` with code `internal_error` and the original in `details`.
+ */
+export function errorFromWire(error: WireError, status: number): BurrowError {
+  const init: BurrowErrorInit = {
+    code: isServerErrorCode(error.code) ? error.code : ErrorCode.internal,
+    hint: error.hint,
+    requestId: error.requestId,
+    status,
+    details: isServerErrorCode(error.code) ? error.details : { code: error.code, details: error.details },
+  };
+  const Class = isServerErrorCode(error.code) ? CLASS_BY_CODE[error.code] : BurrowError;
+  return new Class(error.message, init);
+}

@@ -1,0 +1,250 @@
+import type { IncomingMessage } from 'node:http';
+import {
+  ExecChannel,
+  type ExecClientFrame,
+  type ExecRequest,
+  ExecServerFrameSchema,
+  type ExitInfo,
+} from '@burrow/contract';
+import WebSocket from 'ws';
+import { AbortedError, type BurrowError, ClientErrorCode, errorFromWire, ProtocolError } from './errors.js';
+import { connectionError, errorFromBody, type HttpClient } from './http-client.js';
+
+/** A signal that can be sent to a running command. */
+export type ExecSignal = Extract<ExecClientFrame, { type: 'signal' }>['signal'];
+
+/**
+ * One frame of a streaming command: a chunk of stdout or stderr (raw bytes, as they arrived), or the exit,
+ * which is always last.
+ */
+export type ExecEvent =
+  | { type: 'stdout'; data: Uint8Array }
+  | { type: 'stderr'; data: Uint8Array }
+  | ({ type: 'exit' } & ExitInfo);
+
+/** Options of {@link ExecStream}, beyond the {@link ExecRequest}. */
+export interface ExecStreamOptions {
+  /** Bytes (or UTF-8 text) for stdin; stdin is closed after them. Leave unset to write stdin yourself. */
+  stdin?: string | Uint8Array | undefined;
+  /** Aborting it closes the stream; iteration then throws {@link AbortedError}. */
+  signal?: AbortSignal | undefined;
+}
+
+type StreamState = 'connecting' | 'started' | 'finished' | 'failed';
+
+/**
+ * A running command over the streaming exec WebSocket. Iterate it for {@link ExecEvent}s; write stdin, close stdin
+ * or send a signal while it runs. Created by `sandbox.commands.stream()`.
+ *
+ * @example
+ * ```ts
+ * const stream = sandbox.commands.stream(['cat']);
+ * stream.writeStdin('hello\n');
+ * stream.closeStdin();
+ * for await (const event of stream) {
+ *   if (event.type === 'stdout') process.stdout.write(event.data);
+ *   if (event.type === 'exit') console.log('exit code', event.exitCode);
+ * }
+ * ```
+ */
+export class ExecStream implements AsyncIterable<ExecEvent> {
+  readonly #socket: WebSocket;
+  readonly #events: ExecEvent[] = [];
+  readonly #pendingInput: Array<Buffer | string> = [];
+  #state: StreamState = 'connecting';
+  #failure: BurrowError | undefined;
+  #wake: (() => void) | undefined;
+  #iterating = false;
+  readonly #onAbort: () => void;
+  readonly #signal: AbortSignal | undefined;
+
+  /** @internal Use `sandbox.commands.stream()`. */
+  constructor(http: HttpClient, sandboxId: string, request: ExecRequest, options: ExecStreamOptions = {}) {
+    const url = http.url(`/sandboxes/${encodeURIComponent(sandboxId)}/exec/stream`);
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    this.#signal = options.signal;
+    this.#onAbort = () =>
+      this.#fail(
+        new AbortedError('the command stream was aborted', {
+          code: ClientErrorCode.aborted,
+          cause: options.signal?.reason,
+        }),
+      );
+    if (options.stdin !== undefined) {
+      this.writeStdin(options.stdin);
+      this.closeStdin();
+    }
+    this.#socket = new WebSocket(url, { headers: http.authHeaders() });
+    this.#socket.on('open', () =>
+      this.#send(JSON.stringify({ type: 'start', request } satisfies { type: 'start'; request: ExecRequest })),
+    );
+    this.#socket.on('message', (data, isBinary) => this.#onMessage(toBuffer(data), isBinary));
+    this.#socket.on('unexpected-response', (req, res) => {
+      void readBody(res).then((text) => {
+        this.#fail(errorFromBody(text, res.statusCode ?? 0, headerValue(res.headers['x-request-id'])));
+        req.destroy();
+      });
+    });
+    this.#socket.on('error', (err) => this.#fail(connectionError(http.connection.apiUrl, err)));
+    this.#socket.on('close', (code, reason) => {
+      if (this.#state === 'finished' || this.#state === 'failed') return;
+      this.#fail(
+        new ProtocolError(`the exec stream closed before the command's exit (${code} ${reason.toString()})`, {
+          code: ClientErrorCode.protocolError,
+          hint: 'the server may have restarted; run the command again',
+        }),
+      );
+    });
+    if (options.signal?.aborted) queueMicrotask(this.#onAbort);
+    else options.signal?.addEventListener('abort', this.#onAbort, { once: true });
+  }
+
+  /** Writes bytes (or UTF-8 text) to the command's stdin. Writes before the command starts are queued. */
+  writeStdin(data: string | Uint8Array): void {
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+    const frame = Buffer.allocUnsafe(bytes.byteLength + 1);
+    frame[0] = ExecChannel.stdin;
+    frame.set(bytes, 1);
+    this.#sendWhenStarted(frame);
+  }
+
+  /** Closes the command's stdin (end of file for the command). */
+  closeStdin(): void {
+    this.#sendWhenStarted(JSON.stringify({ type: 'stdin_close' } satisfies ExecClientFrame));
+  }
+
+  /**
+   * Sends a signal to the command.
+   * @param signal - signal name. @default 'SIGTERM'
+   */
+  kill(signal: ExecSignal = 'SIGTERM'): void {
+    this.#sendWhenStarted(JSON.stringify({ type: 'signal', signal } satisfies ExecClientFrame));
+  }
+
+  /** Closes the stream without waiting for the exit; the server kills the command. Idempotent. */
+  close(): void {
+    if (this.#state === 'finished' || this.#state === 'failed') return;
+    this.#fail(new AbortedError('the command stream was closed', { code: ClientErrorCode.aborted }));
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<ExecEvent> {
+    if (this.#iterating) throw new TypeError('an ExecStream can be iterated only once');
+    this.#iterating = true;
+    try {
+      while (true) {
+        const event = this.#events.shift();
+        if (event !== undefined) {
+          yield event;
+          if (event.type === 'exit') return;
+          continue;
+        }
+        if (this.#state === 'failed') throw this.#failure;
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+        });
+      }
+    } finally {
+      this.close();
+    }
+  }
+
+  #onMessage(data: Buffer, isBinary: boolean): void {
+    if (this.#state === 'finished' || this.#state === 'failed') return;
+    if (isBinary) {
+      const channel = data[0];
+      const chunk = new Uint8Array(data.buffer, data.byteOffset + 1, data.byteLength - 1);
+      if (channel === ExecChannel.stdout) this.#push({ type: 'stdout', data: chunk });
+      else if (channel === ExecChannel.stderr) this.#push({ type: 'stderr', data: chunk });
+      return;
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(data.toString('utf8'));
+    } catch {
+      json = undefined;
+    }
+    const frame = ExecServerFrameSchema.safeParse(json);
+    if (!frame.success) {
+      this.#fail(
+        new ProtocolError(`unexpected exec frame: ${data.toString('utf8').slice(0, 200)}`, {
+          code: ClientErrorCode.protocolError,
+        }),
+      );
+      return;
+    }
+    switch (frame.data.type) {
+      case 'started':
+        this.#state = 'started';
+        for (const pending of this.#pendingInput.splice(0)) this.#send(pending);
+        return;
+      case 'exit': {
+        const { type: _type, ...exit } = frame.data;
+        this.#push({ type: 'exit', ...exit });
+        this.#finish();
+        return;
+      }
+      case 'error':
+        this.#fail(errorFromWire(frame.data.error, 0));
+        return;
+    }
+  }
+
+  #sendWhenStarted(frame: Buffer | string): void {
+    if (this.#state === 'connecting') this.#pendingInput.push(frame);
+    else if (this.#state === 'started') this.#send(frame);
+  }
+
+  #send(frame: Buffer | string): void {
+    if (this.#socket.readyState === WebSocket.OPEN) this.#socket.send(frame);
+  }
+
+  #push(event: ExecEvent): void {
+    this.#events.push(event);
+    this.#wakeUp();
+  }
+
+  #finish(): void {
+    this.#state = 'finished';
+    this.#release();
+    this.#socket.close(1000);
+    this.#wakeUp();
+  }
+
+  #fail(error: BurrowError): void {
+    if (this.#state === 'finished' || this.#state === 'failed') return;
+    this.#state = 'failed';
+    this.#failure = error;
+    this.#release();
+    this.#socket.terminate();
+    this.#wakeUp();
+  }
+
+  #release(): void {
+    this.#signal?.removeEventListener('abort', this.#onAbort);
+  }
+
+  #wakeUp(): void {
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  }
+}
+
+function toBuffer(data: WebSocket.RawData): Buffer {
+  if (Buffer.isBuffer(data)) return data;
+  if (Array.isArray(data)) return Buffer.concat(data);
+  return Buffer.from(data);
+}
+
+function headerValue(value: string | string[] | undefined): string {
+  return Array.isArray(value) ? (value[0] ?? '') : (value ?? '');
+}
+
+function readBody(res: IncomingMessage): Promise<string> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    res.on('data', (chunk: Buffer) => chunks.push(chunk));
+    res.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    res.on('error', () => resolve(Buffer.concat(chunks).toString('utf8')));
+  });
+}

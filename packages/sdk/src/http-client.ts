@@ -1,0 +1,184 @@
+import { ErrorEnvelopeSchema } from '@burrow/contract';
+import type { z } from 'zod';
+import { type ConnectionOptions, type ResolvedConnection, resolveConnection } from './connection-config.js';
+import { AbortedError, BurrowError, ClientErrorCode, ConnectionError, errorFromWire, ProtocolError } from './errors.js';
+
+/** A query string value: repeated keys come from arrays; undefined values are left out. */
+export type QueryValue = string | number | boolean | undefined | readonly string[];
+
+/** One HTTP call to the API. */
+export interface RequestOptions {
+  /** Query parameters. */
+  query?: Record<string, QueryValue> | undefined;
+  /** A JSON body. */
+  json?: unknown;
+  /** A raw body, sent as `application/octet-stream`. */
+  body?: Uint8Array | undefined;
+  /** Extra headers. */
+  headers?: Record<string, string> | undefined;
+  /** Cancels the request. */
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * Thin fetch wrapper shared by every SDK capability: adds the key, maps error envelopes to {@link BurrowError}s,
+ * wraps network failures in {@link ConnectionError}. Internal to the SDK.
+ */
+export class HttpClient {
+  readonly connection: ResolvedConnection;
+
+  constructor(options: ConnectionOptions = {}) {
+    this.connection = resolveConnection(options);
+  }
+
+  /** Full URL of an API path (`/sandboxes` → `<apiUrl>/v1/sandboxes`), with its query string. */
+  url(path: string, query?: Record<string, QueryValue>): URL {
+    const url = new URL(`${this.connection.apiUrl}/v1${path}`);
+    for (const [key, value] of Object.entries(query ?? {})) {
+      if (value === undefined) continue;
+      if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') {
+        url.searchParams.append(key, String(value));
+      } else {
+        for (const item of value) url.searchParams.append(key, item);
+      }
+    }
+    return url;
+  }
+
+  /** Headers every request carries (the `Authorization` header when a key is set). */
+  authHeaders(): Record<string, string> {
+    return this.connection.apiKey === undefined ? {} : { authorization: `Bearer ${this.connection.apiKey}` };
+  }
+
+  /** Sends a request and returns the response when it is 2xx; throws the mapped {@link BurrowError} otherwise. */
+  async send(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
+    const headers: Record<string, string> = { ...this.authHeaders(), ...options.headers };
+    let body: string | Uint8Array | undefined;
+    if (options.json !== undefined) {
+      headers['content-type'] = 'application/json';
+      body = JSON.stringify(options.json);
+    } else if (options.body !== undefined) {
+      headers['content-type'] = 'application/octet-stream';
+      body = options.body;
+    }
+    let response: Response;
+    try {
+      response = await this.connection.fetch(this.url(path, options.query), {
+        method,
+        headers,
+        ...(body === undefined ? {} : { body }),
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+      });
+    } catch (err) {
+      throw this.networkError(err, options.signal);
+    }
+    if (!response.ok) throw await errorFromResponse(response);
+    return response;
+  }
+
+  /** Sends a request and parses the JSON response with a contract schema. */
+  async json<S extends z.ZodType>(
+    schema: S,
+    method: string,
+    path: string,
+    options: RequestOptions = {},
+  ): Promise<z.infer<S>> {
+    const response = await this.send(method, path, options);
+    return parseBody(schema, await readJson(response), response);
+  }
+
+  /** Sends a request whose success response has no body (204). */
+  async empty(method: string, path: string, options: RequestOptions = {}): Promise<void> {
+    const response = await this.send(method, path, options);
+    await response.body?.cancel();
+  }
+
+  /** Wraps a thrown fetch failure: an abort becomes {@link AbortedError}, anything else {@link ConnectionError}. */
+  networkError(err: unknown, signal?: AbortSignal): BurrowError {
+    if (err instanceof BurrowError) return err;
+    if (signal?.aborted) {
+      return new AbortedError('the operation was aborted', { code: ClientErrorCode.aborted, cause: signal.reason });
+    }
+    return connectionError(this.connection.apiUrl, err);
+  }
+}
+
+/** A {@link ConnectionError} for a server that cannot be reached, with a hint about `BURROW_URL`. */
+export function connectionError(apiUrl: string, err: unknown): ConnectionError {
+  const reason = describeNetworkError(err);
+  return new ConnectionError(`could not reach the Burrow server at ${apiUrl}: ${reason}`, {
+    code: ClientErrorCode.connectionFailed,
+    hint: 'check BURROW_URL (or the apiUrl / --url option) and that `burrow server` is running',
+    cause: err,
+  });
+}
+
+function describeNetworkError(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause: unknown = err.cause;
+  if (cause instanceof Error) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    return code === undefined ? cause.message : `${code} (${cause.message})`;
+  }
+  return err.message;
+}
+
+/** Reads a non-2xx response into the matching {@link BurrowError}. */
+export async function errorFromResponse(response: Response): Promise<BurrowError> {
+  const text = await response.text().catch(() => '');
+  return errorFromBody(text, response.status, response.headers.get('x-request-id') ?? '');
+}
+
+/** Maps an error body (an envelope, or anything else) and its status to a {@link BurrowError}. */
+export function errorFromBody(text: string, status: number, requestId = ''): BurrowError {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  const envelope = ErrorEnvelopeSchema.safeParse(parsed);
+  if (envelope.success) return errorFromWire(envelope.data.error, status);
+  const loose = looseError(parsed);
+  if (loose !== undefined) return errorFromWire({ requestId, ...loose }, status);
+  return new ProtocolError(`the server answered HTTP ${status} without an error envelope: ${text.slice(0, 200)}`, {
+    code: ClientErrorCode.protocolError,
+    status,
+    requestId,
+    hint: 'check that the URL points at a Burrow server of the same version as this SDK',
+  });
+}
+
+function looseError(parsed: unknown): { code: string; message: string; hint?: string } | undefined {
+  if (typeof parsed !== 'object' || parsed === null || !('error' in parsed)) return undefined;
+  const error: unknown = parsed.error;
+  if (typeof error !== 'object' || error === null) return undefined;
+  const { code, message, hint } = error as Record<string, unknown>;
+  if (typeof code !== 'string' || typeof message !== 'string') return undefined;
+  return typeof hint === 'string' ? { code, message, hint } : { code, message };
+}
+
+async function readJson(response: Response): Promise<unknown> {
+  const text = await response.text();
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new ProtocolError(`the server answered with invalid JSON: ${text.slice(0, 200)}`, {
+      code: ClientErrorCode.protocolError,
+      status: response.status,
+      cause: err,
+    });
+  }
+}
+
+/** Validates a response body with a contract schema; a mismatch is a {@link ProtocolError}. */
+export function parseBody<S extends z.ZodType>(schema: S, body: unknown, response?: Response): z.infer<S> {
+  const result = schema.safeParse(body);
+  if (result.success) return result.data;
+  throw new ProtocolError(`the server's response does not match the contract: ${result.error.message}`, {
+    code: ClientErrorCode.protocolError,
+    status: response?.status ?? 0,
+    hint: 'the SDK and the server are probably different versions',
+    cause: result.error,
+  });
+}

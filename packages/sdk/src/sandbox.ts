@@ -1,0 +1,175 @@
+import {
+  type CreateSandboxRequest,
+  type Sandbox as SandboxInfo,
+  SandboxListSchema,
+  SandboxSchema,
+  type SandboxState,
+} from '@burrow/contract';
+import { Commands } from './commands.js';
+import { type ConnectionOptions, splitConnection } from './connection-config.js';
+import { Files } from './files.js';
+import { HttpClient } from './http-client.js';
+
+/** Options of {@link Sandbox.create}: the create request plus how to connect. */
+export type CreateSandboxOptions = CreateSandboxRequest & ConnectionOptions;
+
+/** Options of {@link Sandbox.list} and {@link Sandbox.listAll}. */
+export interface ListSandboxesOptions extends ConnectionOptions {
+  /** Only sandboxes in this state. @default every state but `deleted` */
+  state?: SandboxState | undefined;
+  /** Only sandboxes carrying all these labels. */
+  labels?: Record<string, string> | undefined;
+  /** Page size, 1–200. @default 50 */
+  limit?: number | undefined;
+  /** `nextCursor` of the previous page. */
+  cursor?: string | undefined;
+}
+
+/** One page of {@link Sandbox.list}. */
+export interface SandboxPage {
+  items: Sandbox[];
+  /** Pass it as `cursor` for the next page; null on the last page. */
+  nextCursor: string | null;
+}
+
+/**
+ * A handle on one sandbox: its record ({@link Sandbox.info}) and its capabilities
+ * ({@link Sandbox.commands}, {@link Sandbox.files}).
+ *
+ * Connection: `apiUrl` defaults to `BURROW_URL` (else `http://127.0.0.1:7420`), `apiKey` to `BURROW_API_KEY`.
+ *
+ * @example
+ * ```ts
+ * import { Sandbox } from '@burrow/sdk';
+ *
+ * const sandbox = await Sandbox.create({ template: 'base', labels: { agent: 'demo' } });
+ * try {
+ *   const result = await sandbox.commands.run('echo hello');
+ *   console.log(result.stdout);
+ * } finally {
+ *   await sandbox.delete();
+ * }
+ * ```
+ */
+export class Sandbox {
+  /** The sandbox id (`sbx_` + 20 characters). */
+  readonly id: string;
+  /** Runs commands in the sandbox. */
+  readonly commands: Commands;
+  /** Reads and writes the sandbox's files. */
+  readonly files: Files;
+  readonly #http: HttpClient;
+  #info: SandboxInfo;
+
+  private constructor(http: HttpClient, info: SandboxInfo) {
+    this.#http = http;
+    this.#info = info;
+    this.id = info.id;
+    this.commands = new Commands(http, info.id);
+    this.files = new Files(http, info.id);
+  }
+
+  /** The sandbox record as last fetched (state, resources, labels, `expiresAt`, …). {@link Sandbox.refresh} updates it. */
+  get info(): SandboxInfo {
+    return this.#info;
+  }
+
+  /**
+   * Creates a sandbox and waits until it runs.
+   * @param options - the create request (`template` default `'base'`, `cpuCount`, `memoryMiB`, `diskMiB`, `env`,
+   * `cwd`, `labels`, `timeoutMs` TTL default 3_600_000 (1 hour), `null` for none) and connection options.
+   * @returns a handle on the running sandbox.
+   * @throws `TemplateNotFoundError` for an unknown template; `InvalidRequestError` for bad limits or labels;
+   * `AuthenticationError`; `ServerError` when the runtime fails; `ConnectionError` when the server cannot be reached.
+   * @example
+   * ```ts
+   * const sandbox = await Sandbox.create({ memoryMiB: 1024, timeoutMs: 600_000 });
+   * ```
+   */
+  static async create(options: CreateSandboxOptions = {}): Promise<Sandbox> {
+    const { connection, rest } = splitConnection(options);
+    const http = new HttpClient(connection);
+    const info = await http.json(SandboxSchema, 'POST', '/sandboxes', { json: rest });
+    return new Sandbox(http, info);
+  }
+
+  /**
+   * Gets a handle on an existing sandbox.
+   * @throws `SandboxNotFoundError` when no sandbox with this id exists for the key's tenant.
+   * @example
+   * ```ts
+   * const sandbox = await Sandbox.get('sbx_0123456789abcdefghjk');
+   * ```
+   */
+  static async get(id: string, options: ConnectionOptions = {}): Promise<Sandbox> {
+    const http = new HttpClient(options);
+    const info = await http.json(SandboxSchema, 'GET', `/sandboxes/${encodeURIComponent(id)}`);
+    return new Sandbox(http, info);
+  }
+
+  /**
+   * Lists one page of sandboxes, newest first, filtered by state and labels.
+   * @returns the page and the cursor of the next one.
+   * @throws `InvalidRequestError` for a bad filter or cursor.
+   * @example
+   * ```ts
+   * const { items, nextCursor } = await Sandbox.list({ labels: { agent: 'demo' }, limit: 20 });
+   * ```
+   */
+  static async list(options: ListSandboxesOptions = {}): Promise<SandboxPage> {
+    const { connection, rest } = splitConnection(options);
+    const http = new HttpClient(connection);
+    const page = await http.json(SandboxListSchema, 'GET', '/sandboxes', {
+      query: {
+        state: rest.state,
+        label: Object.entries(rest.labels ?? {}).map(([key, value]) => `${key}=${value}`),
+        limit: rest.limit,
+        cursor: rest.cursor,
+      },
+    });
+    return { items: page.items.map((info) => new Sandbox(http, info)), nextCursor: page.nextCursor };
+  }
+
+  /**
+   * Iterates over every matching sandbox, fetching page after page (`limit` is the page size).
+   * @throws as {@link Sandbox.list}.
+   * @example
+   * ```ts
+   * for await (const sandbox of Sandbox.listAll({ state: 'running' })) console.log(sandbox.id);
+   * ```
+   */
+  static async *listAll(options: ListSandboxesOptions = {}): AsyncGenerator<Sandbox, void, undefined> {
+    let cursor = options.cursor;
+    do {
+      const page = await Sandbox.list({ ...options, cursor });
+      yield* page.items;
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor !== undefined);
+  }
+
+  /**
+   * Fetches the sandbox record again and stores it in {@link Sandbox.info}.
+   * @returns the fresh record.
+   * @throws `SandboxNotFoundError` when the sandbox is gone.
+   * @example
+   * ```ts
+   * const { state } = await sandbox.refresh();
+   * ```
+   */
+  async refresh(): Promise<SandboxInfo> {
+    this.#info = await this.#http.json(SandboxSchema, 'GET', `/sandboxes/${encodeURIComponent(this.id)}`);
+    return this.#info;
+  }
+
+  /**
+   * Deletes the sandbox with every byte and host resource it holds.
+   * @throws `SandboxNotFoundError` when it is already gone.
+   * @example
+   * ```ts
+   * await sandbox.delete();
+   * ```
+   */
+  async delete(): Promise<void> {
+    await this.#http.empty('DELETE', `/sandboxes/${encodeURIComponent(this.id)}`);
+  }
+}
