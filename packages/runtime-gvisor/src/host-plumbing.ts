@@ -1,0 +1,161 @@
+import { open, readdir, readFile, rmdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { RuntimeError } from '@burrow/runtime';
+import { runCommand, tail } from './run-command.js';
+
+/** Options of ext4 images: no reserved blocks, lazy init so mkfs of a large sparse file takes tens of ms. */
+const MKFS_ARGS = ['-q', '-F', '-m', '0', '-E', 'lazy_itable_init=1,lazy_journal_init=1,nodiscard'];
+
+/** Run a host tool; throw RuntimeError with its stderr when it fails. */
+export async function mustRun(file: string, args: readonly string[], what: string): Promise<string> {
+  const result = await runCommand(file, args);
+  if (result.exitCode !== 0) {
+    throw new RuntimeError(`${what} failed (exit ${result.exitCode ?? result.signal})`, tail(result.stderr));
+  }
+  return result.stdout;
+}
+
+/** Create a sparse file of `sizeMiB` and format it as ext4. */
+export async function createDiskImage(imagePath: string, sizeMiB: number): Promise<void> {
+  const handle = await open(imagePath, 'wx');
+  try {
+    await handle.truncate(sizeMiB * 1024 * 1024);
+  } finally {
+    await handle.close();
+  }
+  await mustRun('mkfs.ext4', [...MKFS_ARGS, imagePath], 'mkfs.ext4');
+}
+
+/** Mount an ext4 image through a new loop device (detached automatically on unmount). */
+export async function mountDiskImage(imagePath: string, mountDir: string): Promise<void> {
+  await mustRun('mount', ['-t', 'ext4', '-o', 'loop,nodev,nosuid', imagePath, mountDir], 'mounting the disk image');
+}
+
+/** Mount an overlayfs with a read-only shared lower dir. */
+export async function mountOverlay(options: {
+  lowerDir: string;
+  upperDir: string;
+  workDir: string;
+  mergedDir: string;
+}): Promise<void> {
+  for (const dir of [options.lowerDir, options.upperDir, options.workDir]) {
+    if (/[,:\\]/.test(dir)) throw new RuntimeError(`overlay path contains a separator character: ${dir}`);
+  }
+  const data = `lowerdir=${options.lowerDir},upperdir=${options.upperDir},workdir=${options.workDir}`;
+  await mustRun('mount', ['-t', 'overlay', 'overlay', '-o', data, options.mergedDir], 'mounting the overlay');
+}
+
+/** Mount points (from /proc/self/mountinfo) equal to or beneath `dir`, deepest first. */
+export async function mountsUnder(dir: string): Promise<string[]> {
+  const text = await readFile('/proc/self/mountinfo', 'utf8');
+  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
+  const points = text
+    .split('\n')
+    .map((line) => unescapeMountPath(line.split(' ')[4] ?? ''))
+    .filter((point) => point === dir || point.startsWith(prefix));
+  return [...new Set(points)].sort((a, b) => b.length - a.length);
+}
+
+function unescapeMountPath(path: string): string {
+  return path.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(Number.parseInt(octal, 8)));
+}
+
+/** Unmount everything beneath `dir`, deepest first; falls back to a lazy unmount when a mount is busy. */
+export async function unmountAll(dir: string): Promise<void> {
+  for (const point of await mountsUnder(dir)) {
+    const result = await runCommand('umount', [point]);
+    if (result.exitCode !== 0) await runCommand('umount', ['-l', point]);
+  }
+}
+
+/** Loop devices (`/dev/loopN`) whose backing file lies beneath `dir`. */
+export async function loopDevicesUnder(dir: string): Promise<string[]> {
+  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
+  const devices: string[] = [];
+  const names = await readdir('/sys/block').catch(() => [] as string[]);
+  for (const name of names) {
+    if (!name.startsWith('loop')) continue;
+    const backing = await readFile(join('/sys/block', name, 'loop', 'backing_file'), 'utf8').catch(() => '');
+    if (backing.startsWith(prefix)) devices.push(`/dev/${name}`);
+  }
+  return devices;
+}
+
+/** Detach every loop device backed by a file beneath `dir`. */
+export async function detachLoopDevices(dir: string): Promise<void> {
+  for (const device of await loopDevicesUnder(dir)) await runCommand('losetup', ['-d', device]);
+}
+
+/** Cgroup directories `<cgroupRoot>/<controller>/<parent>/<name>` that exist, over every mounted hierarchy. */
+export async function cgroupDirs(cgroupRoot: string, parent: string, name: string): Promise<string[]> {
+  const found: string[] = [];
+  for (const controller of await readdir(cgroupRoot).catch(() => [] as string[])) {
+    const dir = join(cgroupRoot, controller, parent, name);
+    const exists = await readdir(dir).then(
+      () => true,
+      () => false,
+    );
+    if (exists) found.push(dir);
+  }
+  return found;
+}
+
+/** Names of the child cgroups of `<parent>` in any hierarchy. */
+export async function cgroupChildren(cgroupRoot: string, parent: string): Promise<string[]> {
+  const names = new Set<string>();
+  for (const controller of await readdir(cgroupRoot).catch(() => [] as string[])) {
+    const entries = await readdir(join(cgroupRoot, controller, parent), { withFileTypes: true }).catch(() => []);
+    for (const entry of entries) if (entry.isDirectory()) names.add(entry.name);
+  }
+  return [...names];
+}
+
+/** Remove cgroup directories (they must hold no tasks). Errors are left for the caller's verification. */
+export async function removeCgroupDirs(dirs: readonly string[]): Promise<void> {
+  for (const dir of dirs) await rmdir(dir).catch(() => undefined);
+}
+
+/** The `oom_kill` counter of a v1 memory cgroup, or null when the cgroup does not exist. */
+export async function readOomKillCount(memoryCgroupDir: string): Promise<number | null> {
+  const text = await readFile(join(memoryCgroupDir, 'memory.oom_control'), 'utf8').catch(() => null);
+  const match = text?.match(/^oom_kill (\d+)$/m);
+  return match?.[1] === undefined ? null : Number.parseInt(match[1], 10);
+}
+
+/**
+ * Make the host OOM killer pick the guest's stub processes (one per guest address space, children of the
+ * sentry) before the sentry or gofer: a memory-cgroup OOM then kills the offending guest process, not the
+ * whole sandbox. New stubs are cloned from existing ones and inherit the score.
+ */
+export async function preferStubsForOomKill(sentryPid: number): Promise<void> {
+  for (const pid of await descendants(sentryPid)) {
+    const path = `/proc/${pid}/oom_score_adj`;
+    const current = await readFile(path, 'utf8').catch(() => null);
+    if (current !== null && current.trim() !== '1000') await writeText(path, '1000');
+  }
+}
+
+async function descendants(pid: number): Promise<number[]> {
+  const result: number[] = [];
+  const queue = [pid];
+  while (queue.length > 0) {
+    const next = queue.shift() as number;
+    const tids = await readdir(`/proc/${next}/task`).catch(() => [] as string[]);
+    for (const tid of tids) {
+      const children = await readFile(`/proc/${next}/task/${tid}/children`, 'utf8').catch(() => '');
+      for (const child of children.split(' ').filter(Boolean)) {
+        const childPid = Number.parseInt(child, 10);
+        result.push(childPid);
+        queue.push(childPid);
+      }
+    }
+  }
+  return result;
+}
+
+async function writeText(path: string, text: string): Promise<void> {
+  const handle = await open(path, 'w').catch(() => null);
+  if (!handle) return;
+  await handle.writeFile(text).catch(() => undefined);
+  await handle.close();
+}

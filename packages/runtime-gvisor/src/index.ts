@@ -1,0 +1,15 @@
+export { type DriverLogger, GvisorDriver, type GvisorDriverOptions } from './gvisor-driver.js';
+export type { GvisorPlatform } from './runsc-cli.js';
+export {
+  BASE_PACKAGES,
+  type BuildTemplateOptions,
+  type BuiltTemplate,
+  buildTemplate,
+  readTemplate,
+  removeTemplate,
+  TEMPLATE_SUITE,
+  type TemplateRecipe,
+  templateId,
+  templateRecipe,
+  templateRef,
+} from './template-builder.js';

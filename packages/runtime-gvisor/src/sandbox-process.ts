@@ -1,0 +1,138 @@
+import { spawn } from 'node:child_process';
+import { readFile, rm } from 'node:fs/promises';
+import { constants as osConstants } from 'node:os';
+import { PassThrough, type Writable } from 'node:stream';
+import { finished } from 'node:stream/promises';
+import type { ProcessExit, SandboxProcess } from '@burrow/runtime';
+import { RuntimeError } from '@burrow/runtime';
+import { tail } from './run-command.js';
+import type { RunscCli } from './runsc-cli.js';
+
+/** How often to look for the in-sandbox pid file while a process starts, in ms. */
+const PID_POLL_MS = 3;
+
+/** Input of {@link startSandboxProcess}. */
+export interface StartProcessInput {
+  runsc: RunscCli;
+  sandboxId: string;
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  /** Files for the in-sandbox pid and runsc's log of this exec (removed after exit). */
+  pidFile: string;
+  logFile: string;
+  signal?: AbortSignal | undefined;
+}
+
+/**
+ * Start `argv` in the sandbox. Its output is buffered until read; `exited` resolves only once the caller has
+ * read both output streams to their end. with `runsc exec` and resolve once it runs inside (its in-sandbox pid is known).
+ * A missing program resolves as a process that exited with 127, like a shell.
+ * @throws RuntimeError when runsc cannot start the process (sandbox not running, bad cwd)
+ */
+export async function startSandboxProcess(input: StartProcessInput): Promise<SandboxProcess> {
+  const args = [...input.runsc.globalFlags([`--debug-log=${input.logFile}`]), 'exec', '--cwd', input.cwd];
+  for (const [key, value] of Object.entries(input.env)) args.push('--env', `${key}=${value}`);
+  args.push('--internal-pid-file', input.pidFile, input.sandboxId, ...input.argv);
+  const child = spawn(input.runsc.runscPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  // Piping at once keeps the output: Node discards unread child output when the child exits.
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  child.stdout.pipe(stdout);
+  child.stderr.pipe(stderr);
+  const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code, signal) => resolve({ code, signal }));
+  });
+  closed.catch(() => undefined);
+  let done = false;
+  closed.then(
+    () => {
+      done = true;
+    },
+    () => {
+      done = true;
+    },
+  );
+  let pid: number | null = null;
+  while (pid === null && !done) {
+    pid = await readPid(input.pidFile);
+    if (pid === null) await new Promise((resolve) => setTimeout(resolve, PID_POLL_MS));
+  }
+  if (pid === null) pid = await readPid(input.pidFile);
+  const streamsEnded = Promise.all([finished(stdout), finished(stderr)]).catch(() => undefined);
+  const exited = closed.then(
+    async ({ code, signal }) => {
+      await streamsEnded;
+      const log = await readFile(input.logFile, 'utf8').catch(() => '');
+      await rm(input.logFile, { force: true });
+      await rm(input.pidFile, { force: true });
+      return exitFromLog(log, code, signal);
+    },
+    async (error: unknown) => {
+      await rm(input.logFile, { force: true });
+      throw new RuntimeError('runsc exec could not start', String(error), { cause: error });
+    },
+  );
+  if (pid === null) {
+    const log = await readFile(input.logFile, 'utf8').catch(() => '');
+    if (!/error finding executable/.test(log)) {
+      await exited.catch(() => undefined);
+      throw new RuntimeError(`cannot exec in sandbox ${input.sandboxId}`, fatalLines(log));
+    }
+  }
+  const inSandboxPid = pid;
+  const kill = async (signal: NodeJS.Signals): Promise<void> => {
+    if (inSandboxPid === null || done) return;
+    const number = osConstants.signals[signal];
+    await input.runsc.run(['kill', `--pid=${inSandboxPid}`, input.sandboxId, String(number)]);
+  };
+  if (input.signal) {
+    const onAbort = (): void => {
+      void kill('SIGKILL');
+    };
+    input.signal.addEventListener('abort', onAbort, { once: true });
+    void exited.finally(() => input.signal?.removeEventListener('abort', onAbort)).catch(() => undefined);
+    if (input.signal.aborted) onAbort();
+  }
+  return {
+    stdin: child.stdin as Writable,
+    stdout,
+    stderr,
+    kill,
+    exited,
+  };
+}
+
+async function readPid(path: string): Promise<number | null> {
+  const text = await readFile(path, 'utf8').catch(() => '');
+  const pid = Number.parseInt(text, 10);
+  return Number.isInteger(pid) && pid > 0 ? pid : null;
+}
+
+/**
+ * Decode the raw wait status runsc logs as `Exiting with status: N` (Linux encoding: exit code in bits 8–15,
+ * terminating signal in bits 0–6), so `exit 137` and a SIGKILL death stay distinguishable.
+ */
+export function exitFromLog(log: string, code: number | null, signal: NodeJS.Signals | null): ProcessExit {
+  const match = log.match(/Exiting with status: (\d+)/);
+  if (match?.[1] !== undefined) {
+    const status = Number.parseInt(match[1], 10);
+    const termSignal = status & 0x7f;
+    if (termSignal === 0) return { exitCode: (status >> 8) & 0xff, signal: null };
+    return { exitCode: null, signal: signalName(termSignal) };
+  }
+  if (/error finding executable/.test(log)) return { exitCode: 127, signal: null };
+  if (signal !== null) return { exitCode: null, signal };
+  return { exitCode: code ?? 128, signal: null };
+}
+
+function signalName(number: number): string {
+  const entry = Object.entries(osConstants.signals).find(([, value]) => value === number);
+  return entry?.[0] ?? `SIG${number}`;
+}
+
+function fatalLines(log: string): string {
+  const lines = log.split('\n').filter((line) => /FATAL|error|Error/.test(line));
+  return tail(lines.length > 0 ? lines.join('\n') : log, 10);
+}
