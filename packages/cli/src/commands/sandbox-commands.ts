@@ -1,0 +1,165 @@
+import type { CreateSandboxRequest, SandboxInfo, SandboxState } from '@burrow/sdk';
+import { Sandbox } from '@burrow/sdk';
+import type { Command } from 'commander';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { UsageError } from '../exit-codes.js';
+import { collect, keyValueRecord, parsePositiveInt, parsePositiveNumber } from '../key-value-parse.js';
+
+interface CreateOptions extends GlobalOptions {
+  template?: string;
+  cpu?: string;
+  memory?: string;
+  disk?: string;
+  env?: string[];
+  label?: string[];
+  timeout?: string;
+  json?: boolean;
+}
+
+const STATES: readonly SandboxState[] = [
+  'creating',
+  'running',
+  'pausing',
+  'paused',
+  'resuming',
+  'stopping',
+  'stopped',
+  'deleting',
+  'deleted',
+  'error',
+];
+
+/** Registers `burrow sandbox create|ls|info|rm`. */
+export function registerSandboxCommands(program: Command, context: CliContext): void {
+  const sandbox = program.command('sandbox').description('create, list, inspect and remove sandboxes');
+
+  sandbox
+    .command('create')
+    .description('create a sandbox and wait until it runs; prints its id')
+    .option('--template <name>', 'template to start from (default: base)')
+    .option('--cpu <n>', 'CPU cores, fractions allowed (default: 1)')
+    .option('--memory <mib>', 'memory limit in MiB (default: 512)')
+    .option('--disk <mib>', 'disk limit in MiB (default: 2048)')
+    .option('--env <K=V>', 'environment variable for every command (repeatable)', collect)
+    .option('--label <K=V>', 'label (repeatable)', collect)
+    .option('--timeout <ms>', 'time to live in ms, or "none" (default: 3600000, 1 hour)')
+    .option('--json', 'print the sandbox as JSON')
+    .action(async (_options: CreateOptions, command: Command) => {
+      const options = command.optsWithGlobals<CreateOptions>();
+      const request: CreateSandboxRequest = {
+        env: keyValueRecord(options.env, 'env'),
+        labels: keyValueRecord(options.label, 'label'),
+      };
+      if (options.template !== undefined) request.template = options.template;
+      if (options.cpu !== undefined) request.cpuCount = parsePositiveNumber(options.cpu, '--cpu');
+      if (options.memory !== undefined) request.memoryMiB = parsePositiveInt(options.memory, '--memory');
+      if (options.disk !== undefined) request.diskMiB = parsePositiveInt(options.disk, '--disk');
+      if (options.timeout !== undefined) {
+        request.timeoutMs = options.timeout === 'none' ? null : parsePositiveInt(options.timeout, '--timeout');
+      }
+      const created = await Sandbox.create({ ...request, ...connectionFor(context, options) });
+      if (options.json === true) printJson(context, created.info);
+      else context.stdout.write(`${created.id}\n`);
+    });
+
+  sandbox
+    .command('ls')
+    .description('list sandboxes')
+    .option('--state <state>', `only sandboxes in this state (${STATES.join(', ')})`)
+    .option('--label <K=V>', 'only sandboxes with this label (repeatable)', collect)
+    .option('--json', 'print the sandboxes as JSON')
+    .action(async (_options: unknown, command: Command) => {
+      const options = command.optsWithGlobals<GlobalOptions & { state?: string; label?: string[]; json?: boolean }>();
+      if (options.state !== undefined && !STATES.includes(options.state as SandboxState)) {
+        throw new UsageError(`unknown state "${options.state}"`, `use one of ${STATES.join(', ')}`);
+      }
+      const items: SandboxInfo[] = [];
+      for await (const found of Sandbox.listAll({
+        ...connectionFor(context, options),
+        state: options.state as SandboxState | undefined,
+        labels: keyValueRecord(options.label, 'label'),
+        limit: 200,
+      })) {
+        items.push(found.info);
+      }
+      if (options.json === true) {
+        printJson(context, items);
+        return;
+      }
+      context.stdout.write(
+        formatTable(
+          ['ID', 'STATE', 'TEMPLATE', 'CPU', 'MEMORY', 'CREATED', 'LABELS'],
+          items.map((item) => [
+            item.id,
+            item.state,
+            item.template,
+            String(item.resources.cpuCount),
+            `${item.resources.memoryMiB}MiB`,
+            item.createdAt,
+            Object.entries(item.labels)
+              .map(([key, value]) => `${key}=${value}`)
+              .join(','),
+          ]),
+        ),
+      );
+    });
+
+  sandbox
+    .command('info')
+    .description('show one sandbox')
+    .argument('<id>', 'sandbox id')
+    .option('--json', 'print the sandbox as JSON')
+    .action(async (id: string, _options: unknown, command: Command) => {
+      const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
+      const found = await Sandbox.get(id, connectionFor(context, options));
+      if (options.json === true) printJson(context, found.info);
+      else context.stdout.write(describeSandbox(found.info));
+    });
+
+  sandbox
+    .command('rm')
+    .description('delete sandboxes with everything they hold; prints each deleted id')
+    .argument('<id...>', 'sandbox ids')
+    .action(async (ids: string[], _options: unknown, command: Command) => {
+      const connection = connectionFor(context, command.optsWithGlobals<GlobalOptions>());
+      let firstError: unknown;
+      for (const id of ids) {
+        try {
+          const found = await Sandbox.get(id, connection);
+          await found.delete();
+          context.stdout.write(`${id}\n`);
+        } catch (err) {
+          if (ids.length === 1) throw err;
+          firstError ??= err;
+          context.stderr.write(`error: ${id}: ${err instanceof Error ? err.message : String(err)}\n`);
+        }
+      }
+      if (firstError !== undefined) throw firstError;
+    });
+}
+
+function describeSandbox(info: SandboxInfo): string {
+  const rows: Array<[string, string]> = [
+    ['id', info.id],
+    ['state', info.state],
+    ['template', `${info.template} (${info.templateId.slice(0, 12)})`],
+    ['cpu', String(info.resources.cpuCount)],
+    ['memory', `${info.resources.memoryMiB} MiB`],
+    ['disk', `${info.resources.diskMiB} MiB`],
+    ['cwd', info.cwd],
+    ['hostname', info.hostname],
+    [
+      'labels',
+      Object.entries(info.labels)
+        .map(([key, value]) => `${key}=${value}`)
+        .join(', '),
+    ],
+    ['created', info.createdAt],
+    ['expires', info.expiresAt ?? 'never'],
+  ];
+  for (const condition of info.conditions) {
+    rows.push([`condition`, `${condition.type}=${condition.status} ${condition.reason}: ${condition.message}`]);
+  }
+  const width = Math.max(...rows.map(([key]) => key.length));
+  return rows.map(([key, value]) => `${`${key}:`.padEnd(width + 2)}${value}\n`).join('');
+}

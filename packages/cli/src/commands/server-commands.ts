@@ -1,0 +1,81 @@
+import type { Command } from 'commander';
+import type { CliContext } from '../cli-context.js';
+import { parsePositiveInt } from '../key-value-parse.js';
+import { ProgressSpinner } from '../progress-spinner.js';
+
+/** Overrides the CLI passes to the server's `loadConfig`. */
+interface ConfigOverrides {
+  dataDir?: string;
+  host?: string;
+  port?: number;
+}
+
+/** A started server, as far as the CLI needs it. */
+interface RunningServer {
+  close(): Promise<void>;
+  url?: string;
+}
+
+/** The part of `@burrow/server` the CLI uses. */
+interface ServerModule {
+  loadConfig(env: Readonly<Record<string, string | undefined>>, overrides: ConfigOverrides): unknown;
+  startServer(config: unknown): Promise<RunningServer>;
+  setup(config: unknown, options: { onLog: (line: string) => void }): Promise<unknown>;
+}
+
+/**
+ * Loads `@burrow/server` only for `server` and `setup`, so that every other command starts without fastify,
+ * SQLite and the runtime.
+ */
+async function loadServerModule(): Promise<ServerModule> {
+  const specifier = '@burrow/server';
+  return (await import(specifier)) as ServerModule;
+}
+
+/** Registers `burrow server` and `burrow setup`, the two commands that run the server in this process. */
+export function registerServerCommands(
+  program: Command,
+  context: CliContext & { onShutdown: (handler: () => Promise<void>) => void },
+): void {
+  program
+    .command('server')
+    .description('run the Burrow server in the foreground (API, reconciler and the local node)')
+    .option('--data-dir <dir>', 'state directory (default: BURROW_DATA_DIR or /var/lib/burrow)')
+    .option('--host <host>', 'address to listen on (default: BURROW_HOST or 127.0.0.1)')
+    .option('--port <port>', 'port to listen on (default: BURROW_PORT or 7420)')
+    .action(async (options: { dataDir?: string; host?: string; port?: string }) => {
+      const server = await loadServerModule();
+      const overrides: ConfigOverrides = {};
+      if (options.dataDir !== undefined) overrides.dataDir = options.dataDir;
+      if (options.host !== undefined) overrides.host = options.host;
+      if (options.port !== undefined) overrides.port = parsePositiveInt(options.port, '--port');
+      const running = await server.startServer(server.loadConfig(context.env, overrides));
+      context.stderr.write(`burrow server listening${running.url === undefined ? '' : ` on ${running.url}`}\n`);
+      await new Promise<void>((resolve) => {
+        context.onShutdown(async () => {
+          context.stderr.write('burrow server: shutting down\n');
+          await running.close();
+          resolve();
+        });
+      });
+    });
+
+  program
+    .command('setup')
+    .description('prepare this host: data directory, admin key and the base template (progress on stderr)')
+    .option('--data-dir <dir>', 'state directory (default: BURROW_DATA_DIR or /var/lib/burrow)')
+    .action(async (options: { dataDir?: string }) => {
+      const server = await loadServerModule();
+      const overrides: ConfigOverrides = {};
+      if (options.dataDir !== undefined) overrides.dataDir = options.dataDir;
+      const spinner = new ProgressSpinner(context.stderr, 'setting up Burrow');
+      spinner.start();
+      try {
+        await server.setup(server.loadConfig(context.env, overrides), { onLog: (line) => spinner.update(line) });
+        spinner.stop(true);
+      } catch (err) {
+        spinner.stop(false);
+        throw err;
+      }
+    });
+}

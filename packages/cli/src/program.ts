@@ -1,0 +1,42 @@
+import { Command } from 'commander';
+import type { CliContext } from './cli-context.js';
+import { registerExecCommand } from './commands/exec-command.js';
+import { registerFilesCommands } from './commands/files-commands.js';
+import { registerKeysCommands } from './commands/keys-commands.js';
+import { registerSandboxCommands } from './commands/sandbox-commands.js';
+import { registerServerCommands } from './commands/server-commands.js';
+import { registerTemplateCommands } from './commands/template-commands.js';
+
+/** Mutable outcome of one CLI run, written by commands that choose their own exit code. */
+export interface ProgramContext extends CliContext {
+  exitCode: number;
+  onShutdown: (handler: () => Promise<void>) => void;
+}
+
+/** Builds the `burrow` command tree. Commander errors are thrown (`exitOverride`), never `process.exit`ed. */
+export function buildProgram(context: ProgramContext, version: string): Command {
+  const program = new Command('burrow')
+    .description('Burrow: persistent, isolated sandboxes for AI agents (gVisor)')
+    .version(version)
+    .option('--url <url>', 'server URL (default: BURROW_URL or http://127.0.0.1:7420)')
+    .option('--api-key <key>', 'API key (default: BURROW_API_KEY, else <BURROW_DATA_DIR>/admin-key)')
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride()
+    .configureOutput({
+      writeOut: (text) => context.stdout.write(text),
+      writeErr: (text) => context.stderr.write(text),
+    });
+  registerSandboxCommands(program, context);
+  registerExecCommand(program, context);
+  registerFilesCommands(program, context);
+  registerTemplateCommands(program, context);
+  registerKeysCommands(program, context);
+  registerServerCommands(program, context);
+  for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
+  return program;
+}
+
+function applyToTree(command: Command, apply: (command: Command) => void): void {
+  apply(command);
+  for (const child of command.commands) applyToTree(child, apply);
+}
