@@ -55,7 +55,10 @@ function envelope(res: ServerResponse, status: number, code: string, message: st
 
 function handle(req: IncomingMessage, res: ServerResponse): void {
   const url = new URL(req.url ?? '/', 'http://x');
-  if (req.headers.authorization !== 'Bearer good') return envelope(res, 401, 'unauthorized', 'bad key');
+  if (req.headers.authorization !== 'Bearer good') {
+    envelope(res, 401, 'unauthorized', 'bad key');
+    return;
+  }
   if (url.pathname === `/v1/sandboxes/${SANDBOX_ID}`) {
     res.writeHead(200, { 'content-type': 'application/json' });
     return void res.end(JSON.stringify(sandboxRecord));
