@@ -1,0 +1,140 @@
+import fastifySwagger from '@fastify/swagger';
+import fastifyWebsocket from '@fastify/websocket';
+import { ErrorCode, HealthSchema } from '@burrow/contract';
+import Fastify, { type FastifyBaseLogger } from 'fastify';
+import {
+  jsonSchemaTransform,
+  jsonSchemaTransformObject,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import type { Services } from '../services/services.js';
+import { ApiError } from '../util/api-error.js';
+import { newId } from '../util/ids.js';
+import { mapError } from './error-mapping.js';
+import { registerExecStreamRoutes } from './exec-stream-routes.js';
+import { registerFileRoutes } from './file-routes.js';
+import { registerKeyRoutes } from './key-routes.js';
+import { bearerSecret } from './principal.js';
+import { registerSandboxRoutes } from './sandbox-routes.js';
+import { registerTemplateRoutes } from './template-routes.js';
+import type { ZodApp } from './zod-app.js';
+
+/** Server version reported by `/v1/health` and the OpenAPI document. */
+export const SERVER_VERSION = '0.1.0';
+
+/** Routes that answer without an API key. */
+const PUBLIC_ROUTES = new Set(['/v1/health', '/v1/openapi.json']);
+
+/** Options of {@link buildApp}. */
+export interface AppOptions {
+  services: Services;
+  logger: Logger;
+  /** Largest JSON body, bytes. @default 16 MiB */
+  bodyLimitBytes?: number;
+}
+
+/**
+ * The fastify app with every `/v1` route, auth, the error envelope and the OpenAPI document. Not listening.
+ * @example
+ * const app = await buildApp({ services, logger }); await app.ready();
+ */
+export async function buildApp(options: AppOptions): Promise<ZodApp> {
+  const { services } = options;
+  const app = Fastify({
+    loggerInstance: options.logger as FastifyBaseLogger,
+    bodyLimit: options.bodyLimitBytes ?? 16 * 1024 * 1024,
+    genReqId: () => newId('req'),
+    disableRequestLogging: false,
+    requestIdLogLabel: 'requestId',
+  }).withTypeProvider<ZodTypeProvider>();
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  app.decorateRequest('principal', null);
+
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Burrow API',
+        version: SERVER_VERSION,
+        description:
+          'Persistent, isolated sandboxes for AI agents. Every route except /v1/health and /v1/openapi.json needs ' +
+          '`Authorization: Bearer <key>`. Errors carry one envelope with a stable code. Streaming exec is a WebSocket ' +
+          'at GET /v1/sandboxes/{id}/exec/stream (protocol in @burrow/contract exec.ts).',
+      },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+    transformObject: jsonSchemaTransformObject,
+  });
+  await app.register(fastifyWebsocket, { options: { maxPayload: 16 * 1024 * 1024 } });
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+    const route = request.routeOptions.url;
+    if (route === undefined || PUBLIC_ROUTES.has(route)) return;
+    const secret = bearerSecret(request.headers.authorization);
+    if (secret === null) {
+      throw new ApiError(ErrorCode.unauthorized, 'no API key', {
+        hint: 'pass `Authorization: Bearer bk_…` (the admin key is in <dataDir>/admin-key)',
+      });
+    }
+    request.principal = await services.keys.authenticate(secret);
+  });
+
+  app.setErrorHandler((error, request, reply) => {
+    const mapped = mapError(error, request.id);
+    if (mapped.unexpected) request.log.error({ err: error }, 'request failed');
+    else request.log.info({ code: mapped.envelope.error.code }, 'request rejected');
+    return reply.code(mapped.statusCode).type('application/json').send(mapped.envelope);
+  });
+  app.setNotFoundHandler((request, reply) => {
+    return reply
+      .code(404)
+      .type('application/json')
+      .send({
+        error: {
+          code: ErrorCode.routeNotFound,
+          message: `no route ${request.method} ${request.url.split('?')[0]}`,
+          hint: 'see GET /v1/openapi.json for the routes',
+          requestId: request.id,
+        },
+      });
+  });
+
+  app.get(
+    '/v1/health',
+    { schema: { tags: ['meta'], summary: 'Liveness and version', security: [], response: { 200: HealthSchema } } },
+    async () => ({ status: 'ok' as const, version: SERVER_VERSION, runtime: services.driverName }),
+  );
+  app.get(
+    '/v1/openapi.json',
+    {
+      schema: {
+        tags: ['meta'],
+        summary: 'This OpenAPI 3.1 document',
+        security: [],
+        response: { 200: z.record(z.string(), z.unknown()) },
+      },
+    },
+    async () => app.swagger() as unknown as Record<string, unknown>,
+  );
+
+  await app.register(async (scope) => {
+    registerSandboxRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+    registerExecStreamRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+    registerTemplateRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+    registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+  }, { prefix: '/v1' });
+  // File routes get their own scope: only there is application/octet-stream accepted (streamed, not buffered).
+  await app.register(async (scope) => registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services), {
+    prefix: '/v1',
+  });
+  return app;
+}
+

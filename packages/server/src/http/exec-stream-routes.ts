@@ -1,0 +1,164 @@
+import { ExecChannel, ExecClientFrameSchema, type ExecServerFrame, SandboxParamsSchema } from '@burrow/contract';
+import type { SandboxProcess } from '@burrow/runtime';
+import type { FastifyRequest } from 'fastify';
+import type { WebSocket } from 'ws';
+import type { Services } from '../services/services.js';
+import { ApiError } from '../util/api-error.js';
+import { mapError } from './error-mapping.js';
+import { principalOf } from './principal.js';
+import type { ZodApp } from './zod-app.js';
+
+/** Pause process output when this many bytes wait in the socket buffer. */
+const HIGH_WATER_BYTES = 1024 * 1024;
+/** Resume process output when the socket buffer drops below this. */
+const LOW_WATER_BYTES = 256 * 1024;
+
+/** `GET /v1/sandboxes/{id}/exec/stream`: streaming exec over WebSocket (protocol in the contract's exec.ts). */
+export function registerExecStreamRoutes(app: ZodApp, services: Services): void {
+  app.get(
+    '/sandboxes/:id/exec/stream',
+    {
+      websocket: true,
+      schema: {
+        tags: ['sandboxes'],
+        summary:
+          'Streaming exec (WebSocket upgrade). Client: text {type:"start",request}, binary [0, ...stdin], ' +
+          '{type:"stdin_close"}, {type:"signal"}. Server: {type:"started"}, binary [1|2, ...bytes], then exit or error',
+        params: SandboxParamsSchema,
+      },
+    },
+    (socket, request) => new ExecSession(socket, request, services).listen(),
+  );
+}
+
+/** One WebSocket exec: waits for `start`, bridges the process's streams, ends with `exit` or `error`. */
+class ExecSession {
+  private process: SandboxProcess | null = null;
+  private starting = false;
+  private finished = false;
+  private timedOut = false;
+  private readonly abort = new AbortController();
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly socket: WebSocket,
+    private readonly request: FastifyRequest,
+    private readonly services: Services,
+  ) {}
+
+  listen(): void {
+    this.socket.on('message', (data: Buffer, isBinary: boolean) => {
+      this.onMessage(data, isBinary).catch((error: unknown) => this.fail(error));
+    });
+    this.socket.on('close', () => {
+      this.abort.abort();
+      if (!this.finished && this.process !== null) this.process.kill('SIGKILL').catch(() => undefined);
+      this.clearTimer();
+    });
+    this.socket.on('error', (error) => this.request.log.warn({ err: error }, 'exec socket error'));
+  }
+
+  private async onMessage(data: Buffer, isBinary: boolean): Promise<void> {
+    if (this.finished) return;
+    if (isBinary) {
+      if (this.process === null) throw invalid('send the start frame before stdin');
+      if (data[0] !== ExecChannel.stdin) throw invalid('binary frames from the client carry stdin: first byte 0');
+      this.process.stdin.write(data.subarray(1));
+      return;
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(data.toString('utf8'));
+    } catch {
+      throw invalid('text frames are JSON control frames');
+    }
+    const parsed = ExecClientFrameSchema.safeParse(json);
+    if (!parsed.success) throw invalid('not a valid control frame', parsed.error.issues);
+    const frame = parsed.data;
+    if (frame.type === 'start') {
+      if (this.process !== null || this.starting) throw invalid('start was already sent');
+      this.starting = true;
+      await this.start(frame.request);
+    } else if (this.process === null) {
+      throw invalid('send the start frame first');
+    } else if (frame.type === 'stdin_close') {
+      this.process.stdin.end();
+    } else {
+      await this.process.kill(frame.signal);
+    }
+  }
+
+  private async start(request: { cmd: string | string[]; env: Record<string, string>; cwd?: string | undefined; timeoutMs: number; stdin?: string | undefined }): Promise<void> {
+    const caller = principalOf(this.request);
+    const id = (this.request.params as { id: string }).id;
+    const started = await this.services.exec.start(caller, id, request, this.abort.signal);
+    const proc = started.process;
+    this.process = proc;
+    if (this.socket.readyState !== this.socket.OPEN) {
+      await proc.kill('SIGKILL').catch(() => undefined);
+      return;
+    }
+    proc.stdin.on('error', () => undefined);
+    if (request.stdin !== undefined) proc.stdin.write(Buffer.from(request.stdin, 'base64'));
+    this.sendJson({ type: 'started' });
+    this.timer = setTimeout(() => {
+      this.timedOut = true;
+      proc.kill('SIGKILL').catch(() => undefined);
+    }, request.timeoutMs);
+    this.pipe(proc.stdout, ExecChannel.stdout);
+    this.pipe(proc.stderr, ExecChannel.stderr);
+    const exit = await proc.exited;
+    this.clearTimer();
+    this.finish({
+      type: 'exit',
+      exitCode: this.timedOut ? null : exit.exitCode,
+      signal: this.timedOut ? 'SIGKILL' : exit.signal,
+      timedOut: this.timedOut,
+      durationMs: Date.now() - started.startedAtMs,
+    });
+  }
+
+  private pipe(stream: NodeJS.ReadableStream & { pause(): void; resume(): void }, channel: number): void {
+    const header = Buffer.from([channel]);
+    stream.on('data', (chunk: Buffer) => {
+      if (this.socket.readyState !== this.socket.OPEN) return;
+      this.socket.send(Buffer.concat([header, chunk]), { binary: true }, () => {
+        if (this.socket.bufferedAmount < LOW_WATER_BYTES) this.process?.stdout.resume();
+        if (this.socket.bufferedAmount < LOW_WATER_BYTES) this.process?.stderr.resume();
+      });
+      if (this.socket.bufferedAmount > HIGH_WATER_BYTES) stream.pause();
+    });
+  }
+
+  private sendJson(frame: ExecServerFrame): void {
+    if (this.socket.readyState === this.socket.OPEN) this.socket.send(JSON.stringify(frame));
+  }
+
+  private finish(frame: ExecServerFrame): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.sendJson(frame);
+    this.socket.close(1000);
+  }
+
+  private fail(error: unknown): void {
+    const mapped = mapError(error, this.request.id);
+    if (mapped.unexpected) this.request.log.error({ err: error }, 'exec stream failed');
+    const { code, message, hint } = mapped.envelope.error;
+    if (this.process !== null && !this.finished) this.process.kill('SIGKILL').catch(() => undefined);
+    this.clearTimer();
+    this.finish({ type: 'error', error: { code, message, ...(hint === undefined ? {} : { hint }), requestId: this.request.id } });
+  }
+
+  private clearTimer(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+}
+
+function invalid(message: string, details?: unknown): ApiError {
+  return new ApiError('invalid_request', message, {
+    hint: 'follow the exec stream protocol: a start frame first, stdin as binary frames with channel 0',
+    ...(details === undefined ? {} : { details }),
+  });
+}

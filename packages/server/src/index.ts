@@ -1,0 +1,22 @@
+export { type AppOptions, buildApp, SERVER_VERSION } from './http/app.js';
+export { mapError } from './http/error-mapping.js';
+export type { ZodApp } from './http/zod-app.js';
+export { type ReconcileReport, Reconciler } from './lifecycle/reconciler.js';
+export { decideSandbox, expiresAtFor, findOrphans } from './lifecycle/ttl-policy.js';
+export {
+  type Burrow,
+  type BurrowDeps,
+  type Config,
+  type ConfigOverrides,
+  createBurrow,
+  loadConfig,
+  setup,
+  startServer,
+} from './main.js';
+export { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
+export type { HostCapacity } from './services/host-capacity.js';
+export type { Principal } from './services/key-service.js';
+export type { Services } from './services/services.js';
+export type { BuiltTemplateInfo, TemplateBuilder } from './services/template-service.js';
+export { openStore, type Store } from './store/store.js';
+export type { Clock } from './util/clock.js';

@@ -1,0 +1,232 @@
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Template } from '@burrow/contract';
+import type { RuntimeDriver } from '@burrow/runtime';
+import { GvisorDriver, type GvisorPlatform } from '@burrow/runtime-gvisor';
+import { type Logger, pino } from 'pino';
+import { buildApp } from './http/app.js';
+import type { ZodApp } from './http/zod-app.js';
+import { Reconciler } from './lifecycle/reconciler.js';
+import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
+import { ExecService } from './services/exec-service.js';
+import { FileService } from './services/file-service.js';
+import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
+import { KeyService } from './services/key-service.js';
+import { SandboxService } from './services/sandbox-service.js';
+import type { Services } from './services/services.js';
+import { type TemplateBuilder, TemplateService } from './services/template-service.js';
+import { openStore, type Store } from './store/store.js';
+import { type Clock, systemClock } from './util/clock.js';
+import { KeyedMutex } from './util/keyed-mutex.js';
+
+/** Everything the server needs to know, read once from the environment by {@link loadConfig}. */
+export interface Config {
+  /** State directory. @default '/var/lib/burrow' (BURROW_DATA_DIR) */
+  dataDir: string;
+  /** Template cache. @default '<dataDir>/templates' (BURROW_TEMPLATES_DIR) */
+  templatesDir: string;
+  /** Listen address. @default '127.0.0.1' (BURROW_HOST) */
+  host: string;
+  /** Listen port; 0 picks a free one. @default 7420 (BURROW_PORT) */
+  port: number;
+  /** SQLite file path or `postgres://…`. @default '<dataDir>/burrow.db' (BURROW_DATABASE_URL) */
+  databaseUrl: string;
+  /** runsc binary. @default 'runsc' (BURROW_RUNSC) */
+  runscPath: string;
+  /** gVisor platform. @default 'systrap' (BURROW_PLATFORM) */
+  platform: GvisorPlatform;
+  /** pino level. @default 'info' (BURROW_LOG_LEVEL) */
+  logLevel: string;
+  /** Largest JSON body, bytes. @default 16_777_216 (16 MiB) (BURROW_BODY_LIMIT_BYTES) */
+  bodyLimitBytes: number;
+  /** Time between reconcile passes, ms. @default 30_000 (30 s) (BURROW_RECONCILE_INTERVAL_MS) */
+  reconcileIntervalMs: number;
+}
+
+/** Values that win over the environment (CLI flags). */
+export type ConfigOverrides = Partial<Config>;
+
+function intFrom(value: string | undefined, name: string, fallback: number): number {
+  if (value === undefined || value === '') return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new RangeError(`${name} must be a non-negative integer, got ${value}`);
+  return n;
+}
+
+/**
+ * Build the config from `env` (normally `process.env`) and `overrides`.
+ * @throws RangeError when a numeric variable is not a non-negative integer, or the platform is unknown
+ * @example
+ * const config = loadConfig(process.env, { port: 0 });
+ */
+export function loadConfig(env: Readonly<Record<string, string | undefined>>, overrides: ConfigOverrides = {}): Config {
+  const dataDir = overrides.dataDir ?? env.BURROW_DATA_DIR ?? '/var/lib/burrow';
+  const platform = overrides.platform ?? env.BURROW_PLATFORM ?? 'systrap';
+  if (platform !== 'systrap' && platform !== 'ptrace') {
+    throw new RangeError(`BURROW_PLATFORM must be systrap or ptrace, got ${platform}`);
+  }
+  return {
+    dataDir,
+    templatesDir: overrides.templatesDir ?? env.BURROW_TEMPLATES_DIR ?? join(dataDir, 'templates'),
+    host: overrides.host ?? env.BURROW_HOST ?? '127.0.0.1',
+    port: overrides.port ?? intFrom(env.BURROW_PORT, 'BURROW_PORT', 7420),
+    databaseUrl: overrides.databaseUrl ?? env.BURROW_DATABASE_URL ?? join(dataDir, 'burrow.db'),
+    runscPath: overrides.runscPath ?? env.BURROW_RUNSC ?? 'runsc',
+    platform,
+    logLevel: overrides.logLevel ?? env.BURROW_LOG_LEVEL ?? 'info',
+    bodyLimitBytes: overrides.bodyLimitBytes ?? intFrom(env.BURROW_BODY_LIMIT_BYTES, 'BURROW_BODY_LIMIT_BYTES', 16 * 1024 * 1024),
+    reconcileIntervalMs:
+      overrides.reconcileIntervalMs ?? intFrom(env.BURROW_RECONCILE_INTERVAL_MS, 'BURROW_RECONCILE_INTERVAL_MS', 30_000),
+  };
+}
+
+/** Parts {@link createBurrow} would otherwise build itself (tests inject fakes here). */
+export interface BurrowDeps {
+  driver?: RuntimeDriver;
+  templateBuilder?: TemplateBuilder;
+  capacity?: HostCapacity;
+  clock?: Clock;
+  logger?: Logger;
+}
+
+/** A composed server, not yet listening. */
+export interface Burrow {
+  app: ZodApp;
+  services: Services;
+  store: Store;
+  driver: RuntimeDriver;
+  reconciler: Reconciler;
+  logger: Logger;
+  /** Stop the reconciler, close the app and the database. */
+  close(): Promise<void>;
+}
+
+/**
+ * Compose store (migrated), driver, services, reconciler and app from `config`.
+ * @throws Error when the database cannot be opened or migrated
+ * @example
+ * const burrow = await createBurrow(loadConfig(process.env));
+ */
+export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promise<Burrow> {
+  await mkdir(config.dataDir, { recursive: true, mode: 0o700 });
+  const logger = deps.logger ?? pino({ level: config.logLevel }, pino.destination(2));
+  const clock = deps.clock ?? systemClock;
+  const driver =
+    deps.driver ??
+    new GvisorDriver({
+      dataDir: config.dataDir,
+      runscPath: config.runscPath,
+      platform: config.platform,
+      logger: logger.child({ component: 'driver' }),
+    });
+  const builder =
+    deps.templateBuilder ?? new GvisorTemplateBuilder({ templatesDir: config.templatesDir, runscPath: config.runscPath });
+  const store = openStore(config.databaseUrl);
+  await store.migrate();
+  await store.templates.failInterruptedBuilds('the server stopped during the build; delete the template and build again');
+  const mutex = new KeyedMutex();
+  const keys = new KeyService({ keys: store.keys, clock, logger });
+  const templates = new TemplateService({ templates: store.templates, sandboxes: store.sandboxes, builder, clock, logger });
+  const sandboxes = new SandboxService({
+    sandboxes: store.sandboxes,
+    templates,
+    driver,
+    capacity: deps.capacity ?? hostCapacity(config.dataDir),
+    mutex,
+    clock,
+    logger,
+  });
+  const services: Services = {
+    keys,
+    templates,
+    sandboxes,
+    exec: new ExecService({ sandboxes, driver, mutex, clock, logger }),
+    files: new FileService({ sandboxes, driver, mutex }),
+    driverName: driver.name,
+  };
+  const reconciler = new Reconciler({ sandboxes: store.sandboxes, service: sandboxes, driver, mutex, clock, logger });
+  const app = await buildApp({ services, logger, bodyLimitBytes: config.bodyLimitBytes });
+  return {
+    app,
+    services,
+    store,
+    driver,
+    reconciler,
+    logger,
+    close: async () => {
+      await reconciler.stop();
+      await app.close();
+      await store.close();
+    },
+  };
+}
+
+/**
+ * Create the first admin key if none exists: secret written to `<dataDir>/admin-key` (mode 0600).
+ * @returns the key file path and the secret when it was just created (null otherwise)
+ */
+async function ensureAdminKey(burrow: Burrow, dataDir: string): Promise<{ path: string; secret: string | null }> {
+  const path = join(dataDir, 'admin-key');
+  const secret = await burrow.services.keys.ensureAdminKey();
+  if (secret !== null) {
+    await writeFile(path, `${secret}\n`, { mode: 0o600 });
+    await chmod(path, 0o600);
+  }
+  return { path, secret };
+}
+
+/**
+ * Start the server: migrations, admin key (printed once to stdout when created), reconciler loop, listen.
+ * @returns the base URL and a close function
+ * @throws Error when the port is taken or the database fails
+ * @example
+ * const server = await startServer(loadConfig(process.env)); await server.close();
+ */
+export async function startServer(
+  config: Config,
+  deps: BurrowDeps = {},
+): Promise<{ url: string; burrow: Burrow; close(): Promise<void> }> {
+  const burrow = await createBurrow(config, deps);
+  try {
+    const key = await ensureAdminKey(burrow, config.dataDir);
+    if (key.secret !== null) {
+      process.stdout.write(`Created the admin API key (saved to ${key.path}; shown only now):\n${key.secret}\n`);
+    }
+    await burrow.reconciler.reconcileOnce();
+    burrow.reconciler.start(config.reconcileIntervalMs);
+    const url = await burrow.app.listen({ host: config.host, port: config.port });
+    return { url, burrow, close: () => burrow.close() };
+  } catch (error) {
+    await burrow.close();
+    throw error;
+  }
+}
+
+/**
+ * Prepare a host: migrations, the admin key, and the `base` template (built, or found in the cache).
+ * @param options.onLog receives build progress lines
+ * @returns where the admin key is, and the base template
+ * @throws Error when the base template fails to build
+ * @example
+ * const { adminKeyPath } = await setup(loadConfig(process.env), { onLog: console.error });
+ */
+export async function setup(
+  config: Config,
+  options: { onLog?: (line: string) => void; signal?: AbortSignal } & BurrowDeps = {},
+): Promise<{ adminKeyPath: string; adminKeyCreated: boolean; template: Template }> {
+  const burrow = await createBurrow(config, options);
+  try {
+    const key = await ensureAdminKey(burrow, config.dataDir);
+    if (key.secret !== null) {
+      process.stdout.write(`Created the admin API key (saved to ${key.path}; shown only now):\n${key.secret}\n`);
+    }
+    options.onLog?.('building the base template (cached after the first time)');
+    const template = await burrow.services.templates.ensureBase({
+      ...(options.onLog === undefined ? {} : { onLog: options.onLog }),
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+    });
+    return { adminKeyPath: key.path, adminKeyCreated: key.secret !== null, template };
+  } finally {
+    await burrow.close();
+  }
+}

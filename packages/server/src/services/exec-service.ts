@@ -1,0 +1,146 @@
+import type { ExecResult } from '@burrow/contract';
+import { EXEC_OUTPUT_CAP_BYTES, ErrorCode } from '@burrow/contract';
+import type { RuntimeDriver, SandboxProcess } from '@burrow/runtime';
+import type { Logger } from 'pino';
+import type { SandboxRecord } from '../store/sandbox-store.js';
+import { ApiError } from '../util/api-error.js';
+import type { Clock } from '../util/clock.js';
+import type { KeyedMutex } from '../util/keyed-mutex.js';
+import type { Principal } from './key-service.js';
+import type { SandboxService } from './sandbox-service.js';
+
+/** An exec request after contract defaults are applied. */
+export interface ExecInput {
+  cmd: string | string[];
+  env: Record<string, string>;
+  cwd?: string | undefined;
+  timeoutMs: number;
+  /** base64 */
+  stdin?: string | undefined;
+}
+
+/** A started command and what the caller needs to supervise it. */
+export interface StartedExec {
+  process: SandboxProcess;
+  sandbox: SandboxRecord;
+  startedAtMs: number;
+}
+
+/** The argv of a command: a string runs through `/bin/sh -c`. */
+export function toArgv(cmd: string | string[]): string[] {
+  return typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd;
+}
+
+/** Collects up to `capBytes` of a stream and notes whether more came. */
+export class CappedBuffer {
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+  constructor(private readonly capBytes: number) {}
+
+  push(chunk: Buffer): void {
+    const room = this.capBytes - this.size;
+    if (room <= 0) {
+      if (chunk.length > 0) this.truncated = true;
+      return;
+    }
+    const kept = chunk.length > room ? chunk.subarray(0, room) : chunk;
+    if (kept.length < chunk.length) this.truncated = true;
+    this.chunks.push(kept);
+    this.size += kept.length;
+  }
+
+  toBuffer(): Buffer {
+    return Buffer.concat(this.chunks, this.size);
+  }
+}
+
+/** Commands inside sandboxes, whole (buffered) or streamed. */
+export class ExecService {
+  constructor(
+    private readonly deps: {
+      sandboxes: SandboxService;
+      driver: RuntimeDriver;
+      mutex: KeyedMutex;
+      clock: Clock;
+      logger: Logger;
+      /** Cap per output stream, bytes. @default EXEC_OUTPUT_CAP_BYTES (16 MiB) */
+      outputCapBytes?: number;
+    },
+  ) {}
+
+  /**
+   * Start a command in a running sandbox. The id's lock is held only while starting, so a delete can proceed
+   * (and end the command) while it runs.
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `runtime_error`
+   */
+  async start(caller: Principal, id: string, input: ExecInput, signal?: AbortSignal): Promise<StartedExec> {
+    return this.deps.mutex.run(id, async () => {
+      const sandbox = await this.deps.sandboxes.require(caller.tenantId, id);
+      if (sandbox.state !== 'running') {
+        throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
+          hint: sandbox.state === 'error' ? 'delete it and create a new one' : 'wait until it runs, then retry',
+        });
+      }
+      try {
+        const process = await this.deps.driver.exec(id, {
+          argv: toArgv(input.cmd),
+          env: { ...sandbox.env, ...input.env },
+          cwd: input.cwd ?? sandbox.cwd,
+          ...(signal === undefined ? {} : { signal }),
+        });
+        return { process, sandbox, startedAtMs: this.deps.clock.nowMs() };
+      } catch (error) {
+        const refreshed = await this.deps.sandboxes.refresh(sandbox).catch(() => sandbox);
+        if (refreshed.state !== 'running') {
+          throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${refreshed.state}, not running`, {
+            hint: 'delete it and create a new one',
+            cause: error,
+          });
+        }
+        throw new ApiError(ErrorCode.runtimeError, `could not start the command: ${(error as Error).message}`, {
+          hint: 'check that the program exists in the sandbox and the cwd is a directory',
+          cause: error,
+        });
+      }
+    });
+  }
+
+  /**
+   * Run a command to completion: stdin written then closed, output kept up to the cap per stream, killed with
+   * SIGKILL after `timeoutMs`.
+   * @throws ApiError as {@link start}
+   */
+  async run(caller: Principal, id: string, input: ExecInput): Promise<ExecResult> {
+    const { process, startedAtMs } = await this.start(caller, id, input);
+    const logger = this.deps.logger.child({ sandboxId: id });
+    const cap = this.deps.outputCapBytes ?? EXEC_OUTPUT_CAP_BYTES;
+    const stdout = new CappedBuffer(cap);
+    const stderr = new CappedBuffer(cap);
+    process.stdout.on('data', (c: Buffer) => stdout.push(c));
+    process.stderr.on('data', (c: Buffer) => stderr.push(c));
+    process.stdin.on('error', () => undefined);
+    process.stdin.end(input.stdin === undefined ? undefined : Buffer.from(input.stdin, 'base64'));
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      process.kill('SIGKILL').catch((error: unknown) => logger.warn({ err: error }, 'kill after timeout failed'));
+    }, input.timeoutMs);
+    try {
+      const exit = await process.exited;
+      const durationMs = this.deps.clock.nowMs() - startedAtMs;
+      logger.debug({ exit, durationMs, timedOut }, 'exec finished');
+      return {
+        exitCode: timedOut ? null : exit.exitCode,
+        signal: timedOut ? 'SIGKILL' : exit.signal,
+        timedOut,
+        durationMs,
+        stdout: stdout.toBuffer().toString('base64'),
+        stderr: stderr.toBuffer().toString('base64'),
+        truncated: stdout.truncated || stderr.truncated,
+      };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

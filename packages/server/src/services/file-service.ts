@@ -1,0 +1,48 @@
+import { ErrorCode } from '@burrow/contract';
+import { FsError, type RuntimeDriver, SandboxFs } from '@burrow/runtime';
+import { ApiError } from '../util/api-error.js';
+import type { KeyedMutex } from '../util/keyed-mutex.js';
+import type { Principal } from './key-service.js';
+import type { SandboxService } from './sandbox-service.js';
+
+const FS_HINTS: Partial<Record<ErrorCode, string>> = {
+  file_not_found: 'list the directory with GET /v1/sandboxes/{id}/files?path=…',
+  invalid_path: 'use an absolute path inside the sandbox without NUL bytes, for example /root/a.txt',
+  is_a_directory: 'name a file, or list the directory instead',
+  not_a_directory: 'check each component of the path',
+  directory_not_empty: 'pass recursive=true to remove it with its contents',
+  file_exists: 'pick another name or remove the existing one first',
+};
+
+/** Turn a {@link FsError} into the API error envelope; anything else passes through. */
+export function mapFsError(error: unknown): unknown {
+  if (!(error instanceof FsError)) return error;
+  const hint = FS_HINTS[error.code];
+  return new ApiError(error.code, error.message, { ...(hint === undefined ? {} : { hint }), cause: error });
+}
+
+/** File access inside running sandboxes, through {@link SandboxFs} (never by joining host paths). */
+export class FileService {
+  constructor(private readonly deps: { sandboxes: SandboxService; driver: RuntimeDriver; mutex: KeyedMutex }) {}
+
+  /**
+   * Run `fn` with the file view of sandbox `id`; file errors become API errors.
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, or the file error's code
+   */
+  async with<T>(caller: Principal, id: string, fn: (fs: SandboxFs) => Promise<T>): Promise<T> {
+    const fs = await this.deps.mutex.run(id, async () => {
+      const sandbox = await this.deps.sandboxes.require(caller.tenantId, id);
+      if (sandbox.state !== 'running') {
+        throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
+          hint: 'files are reachable while the sandbox runs',
+        });
+      }
+      return new SandboxFs(this.deps.driver.rootDir(id));
+    });
+    try {
+      return await fn(fs);
+    } catch (error) {
+      throw mapFsError(error);
+    }
+  }
+}

@@ -1,0 +1,250 @@
+import type { Condition, Resources, Sandbox, SandboxList, SandboxState } from '@burrow/contract';
+import { DEFAULT_RESOURCES, ErrorCode } from '@burrow/contract';
+import type { RuntimeDriver } from '@burrow/runtime';
+import type { Logger } from 'pino';
+import type { SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
+import { ApiError, sandboxNotFound } from '../util/api-error.js';
+import { type Clock, isoNow } from '../util/clock.js';
+import { decodeCursor, encodeCursor } from '../util/cursor.js';
+import { newId } from '../util/ids.js';
+import type { KeyedMutex } from '../util/keyed-mutex.js';
+import { expiresAtFor } from '../lifecycle/ttl-policy.js';
+import type { HostCapacity } from './host-capacity.js';
+import type { Principal } from './key-service.js';
+import type { TemplateService } from './template-service.js';
+
+/** Most conditions kept per sandbox; older ones are dropped first. */
+const MAX_CONDITIONS = 20;
+
+/** A create request after contract defaults are applied. */
+export interface CreateSandboxInput {
+  template: string;
+  env: Record<string, string>;
+  cwd: string;
+  cpuCount?: number | undefined;
+  memoryMiB?: number | undefined;
+  diskMiB?: number | undefined;
+  labels: Record<string, string>;
+  timeoutMs: number | null;
+}
+
+/** List query after contract parsing. */
+export interface ListSandboxesInput {
+  state?: SandboxState | undefined;
+  label: string[];
+  limit: number;
+  cursor?: string | undefined;
+}
+
+/** Dependencies of the sandbox services. */
+export interface SandboxServiceDeps {
+  sandboxes: SandboxStore;
+  templates: TemplateService;
+  driver: RuntimeDriver;
+  capacity: HostCapacity;
+  mutex: KeyedMutex;
+  clock: Clock;
+  logger: Logger;
+}
+
+/** The API view of a sandbox row. */
+export function toSandbox(r: SandboxRecord): Sandbox {
+  return {
+    id: r.id,
+    template: r.template,
+    templateId: r.templateId,
+    state: r.state,
+    conditions: r.conditions,
+    env: r.env,
+    cwd: r.cwd,
+    hostname: r.hostname,
+    resources: { cpuCount: r.cpuCount, memoryMiB: r.memoryMiB, diskMiB: r.diskMiB },
+    labels: r.labels,
+    timeoutMs: r.timeoutMs,
+    expiresAt: r.expiresAt,
+    createdAt: r.createdAt,
+    updatedAt: r.updatedAt,
+  };
+}
+
+/** Append conditions, keeping the newest {@link MAX_CONDITIONS}. */
+export function withConditions(existing: Condition[], added: Condition[]): Condition[] {
+  return [...existing, ...added].slice(-MAX_CONDITIONS);
+}
+
+/** Sandboxes: create, list, get (with a fresh look at the host), delete. Operations on one id are serialized. */
+export class SandboxService {
+  constructor(private readonly deps: SandboxServiceDeps) {}
+
+  /**
+   * Create a sandbox and return once it runs. A failure at any step removes every host resource and the row.
+   * @throws ApiError `template_not_found`, `invalid_request` (resources over capacity), `runtime_error`
+   */
+  async create(caller: Principal, input: CreateSandboxInput): Promise<Sandbox> {
+    const { record: template, ref } = await this.deps.templates.resolveReady(caller.tenantId, input.template);
+    const resources: Resources = {
+      cpuCount: input.cpuCount ?? DEFAULT_RESOURCES.cpuCount,
+      memoryMiB: input.memoryMiB ?? DEFAULT_RESOURCES.memoryMiB,
+      diskMiB: input.diskMiB ?? DEFAULT_RESOURCES.diskMiB,
+    };
+    await this.checkCapacity(resources);
+    const id = newId('sbx');
+    const logger = this.deps.logger.child({ sandboxId: id, tenantId: caller.tenantId });
+    return this.deps.mutex.run(id, async () => {
+      const now = isoNow(this.deps.clock);
+      const record: SandboxRecord = {
+        id,
+        tenantId: caller.tenantId,
+        template: input.template,
+        templateId: template.id,
+        state: 'creating',
+        conditions: [],
+        env: input.env,
+        labels: input.labels,
+        cwd: input.cwd,
+        hostname: id.replace('_', '-'),
+        cpuCount: resources.cpuCount,
+        memoryMiB: resources.memoryMiB,
+        diskMiB: resources.diskMiB,
+        timeoutMs: input.timeoutMs,
+        expiresAt: expiresAtFor(this.deps.clock.nowMs(), input.timeoutMs),
+        createdAt: now,
+        updatedAt: now,
+        version: 1,
+      };
+      await this.deps.sandboxes.insert(record);
+      const startedMs = this.deps.clock.nowMs();
+      try {
+        await this.deps.driver.create({ sandboxId: id, template: ref, resources, hostname: record.hostname });
+        const running = await this.deps.sandboxes.update(caller.tenantId, id, record.version, { state: 'running' }, isoNow(this.deps.clock));
+        if (running === null) throw new Error('the sandbox row changed during create');
+        logger.info({ template: input.template, durationMs: this.deps.clock.nowMs() - startedMs, resources }, 'sandbox created');
+        return toSandbox(running);
+      } catch (error) {
+        logger.warn({ err: error }, 'sandbox create failed; removing what it left');
+        await this.deps.driver.delete(id).catch((e: unknown) => logger.error({ err: e }, 'cleanup after failed create failed; the reconciler retries'));
+        await this.deps.sandboxes.remove(caller.tenantId, id);
+        if (error instanceof ApiError) throw error;
+        throw new ApiError(ErrorCode.runtimeError, `the runtime could not start the sandbox: ${(error as Error).message}`, {
+          hint: 'retry; if it keeps failing, the server log has the runtime output under this request id',
+          cause: error,
+        });
+      }
+    });
+  }
+
+  /** @throws ApiError `invalid_request` when the cursor is not one this server made */
+  async list(caller: Principal, query: ListSandboxesInput): Promise<SandboxList> {
+    const after = query.cursor === undefined ? null : decodeCursor(query.cursor);
+    if (query.cursor !== undefined && after === null) {
+      throw new ApiError(ErrorCode.invalidRequest, 'the cursor is not valid', {
+        hint: 'pass the nextCursor of the previous page unchanged, or leave it out to start over',
+      });
+    }
+    const labels = query.label.map((l): [string, string] => {
+      const at = l.indexOf('=');
+      return [l.slice(0, at), l.slice(at + 1)];
+    });
+    const rows = await this.deps.sandboxes.list(caller.tenantId, {
+      state: query.state,
+      labels,
+      limit: query.limit + 1,
+      after,
+    });
+    const page = rows.slice(0, query.limit);
+    const last = page.at(-1);
+    const nextCursor = rows.length > query.limit && last ? encodeCursor({ createdAt: last.createdAt, id: last.id }) : null;
+    return { items: page.map(toSandbox), nextCursor };
+  }
+
+  /**
+   * The sandbox, after recording what the host reports (OOM kills, runtime exits, a vanished container).
+   * @throws ApiError `sandbox_not_found` (also for another tenant's id)
+   */
+  async get(caller: Principal, id: string): Promise<Sandbox> {
+    return this.deps.mutex.run(id, async () => {
+      const record = await this.require(caller.tenantId, id);
+      return toSandbox(await this.refresh(record));
+    });
+  }
+
+  /**
+   * The row `id` of `tenantId`.
+   * @throws ApiError `sandbox_not_found`
+   */
+  async require(tenantId: string, id: string): Promise<SandboxRecord> {
+    const record = await this.deps.sandboxes.get(tenantId, id);
+    if (record === null || record.state === 'deleted') throw sandboxNotFound(id);
+    return record;
+  }
+
+  /** Observe a running sandbox on the host and record events and a vanished or exited container. Call under the id's lock. */
+  async refresh(record: SandboxRecord): Promise<SandboxRecord> {
+    if (record.state !== 'running') return record;
+    const observed = await this.deps.driver.observe(record.id);
+    const at = isoNow(this.deps.clock);
+    const added: Condition[] = observed.events.map((e) => ({ type: e.type, status: 'true', reason: e.reason, message: e.message, at }));
+    let state: SandboxState = record.state;
+    if (observed.status !== 'running') {
+      state = 'error';
+      added.push({
+        type: 'Ready',
+        status: 'false',
+        reason: observed.status === 'missing' ? 'ContainerMissing' : 'RuntimeExited',
+        message:
+          observed.status === 'missing'
+            ? 'the container is gone from the host; delete the sandbox and create a new one'
+            : 'the sandbox init process ended; delete the sandbox and create a new one',
+        at,
+      });
+    }
+    if (added.length === 0) return record;
+    this.deps.logger.child({ sandboxId: record.id }).warn({ conditions: added, state }, 'sandbox observed change');
+    const updated = await this.deps.sandboxes.update(record.tenantId, record.id, record.version, { state, conditions: withConditions(record.conditions, added) }, at);
+    return updated ?? record;
+  }
+
+  /**
+   * Delete the sandbox and verify that nothing of it is left on the host.
+   * @throws ApiError `sandbox_not_found`, `runtime_error` (the row stays `deleting`; the reconciler retries)
+   */
+  async remove(caller: Principal, id: string): Promise<void> {
+    await this.deps.mutex.run(id, async () => {
+      const record = await this.require(caller.tenantId, id);
+      await this.deleteUnderLock(record);
+    });
+  }
+
+  /** Write `deleting`, delete host resources, remove the row. Call under the id's lock. @throws ApiError `runtime_error` */
+  async deleteUnderLock(record: SandboxRecord): Promise<void> {
+    const logger = this.deps.logger.child({ sandboxId: record.id, tenantId: record.tenantId });
+    if (record.state !== 'deleting') {
+      const updated = await this.deps.sandboxes.update(record.tenantId, record.id, record.version, { state: 'deleting' }, isoNow(this.deps.clock));
+      if (updated === null) throw new ApiError(ErrorCode.conflict, `sandbox ${record.id} changed meanwhile`, { hint: 'retry the delete' });
+    }
+    try {
+      await this.deps.driver.delete(record.id);
+    } catch (error) {
+      logger.error({ err: error }, 'sandbox delete failed; the reconciler retries');
+      throw new ApiError(ErrorCode.runtimeError, `deleting sandbox ${record.id} failed: ${(error as Error).message}`, {
+        hint: 'the server retries in the background; delete again later to check',
+        cause: error,
+      });
+    }
+    await this.deps.sandboxes.remove(record.tenantId, record.id);
+    logger.info('sandbox deleted');
+  }
+
+  private async checkCapacity(resources: Resources): Promise<void> {
+    const { capacity } = this.deps;
+    const over = (what: string, asked: number, max: number, unit: string) =>
+      new ApiError(ErrorCode.invalidRequest, `${what} ${asked}${unit} is more than this host has (${max}${unit})`, {
+        hint: `ask for at most ${max}${unit}`,
+        details: { field: what, requested: asked, max },
+      });
+    if (resources.cpuCount > capacity.cpuCount()) throw over('cpuCount', resources.cpuCount, capacity.cpuCount(), '');
+    if (resources.memoryMiB > capacity.memoryMiB()) throw over('memoryMiB', resources.memoryMiB, capacity.memoryMiB(), ' MiB');
+    const freeDisk = await capacity.freeDiskMiB();
+    if (resources.diskMiB > freeDisk) throw over('diskMiB', resources.diskMiB, freeDisk, ' MiB');
+  }
+}

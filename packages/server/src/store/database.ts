@@ -1,0 +1,102 @@
+import Database from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
+import pg from 'pg';
+
+/** `api_keys`: one row per key; only the sha256 of the secret is kept. */
+export interface ApiKeysTable {
+  id: string;
+  tenant_id: string;
+  name: string;
+  role: string;
+  prefix: string;
+  /** sha256 of the secret, hex. */
+  secret_hash: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+/** `sandboxes`: desired and observed state of each sandbox. JSON columns are text. */
+export interface SandboxesTable {
+  id: string;
+  tenant_id: string;
+  template: string;
+  template_id: string;
+  state: string;
+  /** JSON array of conditions. */
+  conditions: string;
+  /** JSON object of env variables. */
+  env: string;
+  /** JSON object of labels (the filterable copy lives in `sandbox_labels`). */
+  labels: string;
+  cwd: string;
+  hostname: string;
+  cpu_count: number;
+  memory_mib: number;
+  disk_mib: number;
+  timeout_ms: number | null;
+  expires_at: string | null;
+  created_at: string;
+  updated_at: string;
+  /** Incremented by every write; writes are fenced on the version they read. */
+  version: number;
+}
+
+/** `sandbox_labels`: one row per label, for portable `key=value` filters. */
+export interface SandboxLabelsTable {
+  tenant_id: string;
+  sandbox_id: string;
+  key: string;
+  value: string;
+}
+
+/** `templates`: registered templates; `tenant_id` is `public` for the shared base template. */
+export interface TemplatesTable {
+  tenant_id: string;
+  name: string;
+  /** Content address; empty while building. */
+  id: string;
+  state: string;
+  from_name: string | null;
+  /** JSON array of package names. */
+  apt: string;
+  /** JSON array of commands. */
+  run: string;
+  size_bytes: number;
+  error: string | null;
+  created_at: string;
+}
+
+/** The one schema type both dialects share. */
+export interface DB {
+  api_keys: ApiKeysTable;
+  sandboxes: SandboxesTable;
+  sandbox_labels: SandboxLabelsTable;
+  templates: TemplatesTable;
+}
+
+/** Which SQL engine a database runs on. */
+export type Dialect = 'sqlite' | 'postgres';
+
+/** An open database and its dialect. */
+export interface Database_ {
+  db: Kysely<DB>;
+  dialect: Dialect;
+}
+
+/**
+ * Open the database at `url`: `postgres://…` or `postgresql://…` selects PostgreSQL, anything else is a SQLite
+ * file path (opened in WAL mode, created if missing).
+ * @example
+ * const { db } = openDatabase('/var/lib/burrow/burrow.db');
+ */
+export function openDatabase(url: string): Database_ {
+  if (/^postgres(ql)?:\/\//.test(url)) {
+    const pool = new pg.Pool({ connectionString: url, max: 10 });
+    return { db: new Kysely<DB>({ dialect: new PostgresDialect({ pool }) }), dialect: 'postgres' };
+  }
+  const sqlite = new Database(url);
+  sqlite.pragma('journal_mode = WAL');
+  sqlite.pragma('busy_timeout = 5000');
+  sqlite.pragma('foreign_keys = ON');
+  return { db: new Kysely<DB>({ dialect: new SqliteDialect({ database: sqlite }) }), dialect: 'sqlite' };
+}

@@ -1,0 +1,99 @@
+import { type Kysely, type Migration, type MigrationProvider, Migrator } from 'kysely';
+import type { DB } from './database.js';
+
+/** Every migration, in order. Static so that it survives bundling; additive only. */
+const MIGRATIONS: Record<string, Migration> = {
+  '0001_initial': {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable('api_keys')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('tenant_id', 'text', (c) => c.notNull())
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('role', 'text', (c) => c.notNull())
+        .addColumn('prefix', 'text', (c) => c.notNull())
+        .addColumn('secret_hash', 'text', (c) => c.notNull().unique())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('revoked_at', 'text')
+        .execute();
+      await db.schema.createIndex('api_keys_tenant').on('api_keys').columns(['tenant_id', 'created_at']).execute();
+      await db.schema
+        .createTable('sandboxes')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('tenant_id', 'text', (c) => c.notNull())
+        .addColumn('template', 'text', (c) => c.notNull())
+        .addColumn('template_id', 'text', (c) => c.notNull())
+        .addColumn('state', 'text', (c) => c.notNull())
+        .addColumn('conditions', 'text', (c) => c.notNull())
+        .addColumn('env', 'text', (c) => c.notNull())
+        .addColumn('labels', 'text', (c) => c.notNull())
+        .addColumn('cwd', 'text', (c) => c.notNull())
+        .addColumn('hostname', 'text', (c) => c.notNull())
+        .addColumn('cpu_count', 'double precision', (c) => c.notNull())
+        .addColumn('memory_mib', 'integer', (c) => c.notNull())
+        .addColumn('disk_mib', 'integer', (c) => c.notNull())
+        .addColumn('timeout_ms', 'double precision')
+        .addColumn('expires_at', 'text')
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .addColumn('version', 'integer', (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex('sandboxes_tenant_page')
+        .on('sandboxes')
+        .columns(['tenant_id', 'created_at', 'id'])
+        .execute();
+      await db.schema
+        .createTable('sandbox_labels')
+        .addColumn('tenant_id', 'text', (c) => c.notNull())
+        .addColumn('sandbox_id', 'text', (c) => c.notNull().references('sandboxes.id').onDelete('cascade'))
+        .addColumn('key', 'text', (c) => c.notNull())
+        .addColumn('value', 'text', (c) => c.notNull())
+        .addPrimaryKeyConstraint('sandbox_labels_pk', ['sandbox_id', 'key'])
+        .execute();
+      await db.schema
+        .createIndex('sandbox_labels_lookup')
+        .on('sandbox_labels')
+        .columns(['tenant_id', 'key', 'value'])
+        .execute();
+      await db.schema
+        .createTable('templates')
+        .addColumn('tenant_id', 'text', (c) => c.notNull())
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('id', 'text', (c) => c.notNull())
+        .addColumn('state', 'text', (c) => c.notNull())
+        .addColumn('from_name', 'text')
+        .addColumn('apt', 'text', (c) => c.notNull())
+        .addColumn('run', 'text', (c) => c.notNull())
+        .addColumn('size_bytes', 'double precision', (c) => c.notNull())
+        .addColumn('error', 'text')
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .addPrimaryKeyConstraint('templates_pk', ['tenant_id', 'name'])
+        .execute();
+    },
+    async down(db: Kysely<unknown>) {
+      for (const t of ['sandbox_labels', 'sandboxes', 'api_keys', 'templates']) {
+        await db.schema.dropTable(t).ifExists().execute();
+      }
+    },
+  },
+};
+
+class StaticMigrationProvider implements MigrationProvider {
+  async getMigrations(): Promise<Record<string, Migration>> {
+    return MIGRATIONS;
+  }
+}
+
+/**
+ * Bring the schema to the latest migration. Safe to call on every start and from several processes.
+ * @throws Error when a migration fails (the message names it)
+ */
+export async function migrateToLatest(db: Kysely<DB>): Promise<void> {
+  const migrator = new Migrator({ db, provider: new StaticMigrationProvider() });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error !== undefined) {
+    const failed = results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';
+    throw new Error(`database migration ${failed} failed`, { cause: error });
+  }
+}

@@ -1,0 +1,140 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import type {
+  Capability,
+  CreateOptions,
+  ExecOptions,
+  HostResources,
+  ObservedSandbox,
+  ProcessExit,
+  RuntimeDriver,
+  RuntimeEvent,
+  SandboxProcess,
+} from '@burrow/runtime';
+import { RuntimeError } from '@burrow/runtime';
+
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * A FAKE RuntimeDriver for the fast API test layer. It is a test double, NOT isolation: a "sandbox" is a plain
+ * host directory `<baseDir>/<id>/rootfs`, and `exec` runs argv as a host process (in its own process group) with
+ * the cwd mapped under that directory. Use it only in tests; real isolation is `GvisorDriver`.
+ */
+export class FakeDriver implements RuntimeDriver {
+  readonly name = 'fake';
+  readonly capabilities: ReadonlySet<Capability> = new Set<Capability>();
+  /** Sandbox ids whose next `create` fails after leaving a partial directory behind. */
+  readonly failCreateFor = new Set<string>();
+  /** When true, every `create` fails after leaving a partial directory behind. */
+  failAllCreates = false;
+  /** Calls made, for assertions. */
+  readonly calls: Array<{ verb: string; sandboxId: string }> = [];
+  private readonly events = new Map<string, RuntimeEvent[]>();
+  private readonly stopped = new Set<string>();
+  private readonly children = new Map<string, Set<ChildProcess>>();
+
+  /** @param baseDir host directory holding one subdirectory per fake sandbox (trusted, test-owned) */
+  constructor(readonly baseDir: string) {}
+
+  async create(options: CreateOptions): Promise<void> {
+    this.calls.push({ verb: 'create', sandboxId: options.sandboxId });
+    const root = this.rootDir(options.sandboxId);
+    await mkdir(join(root, 'root'), { recursive: true });
+    await mkdir(join(root, 'tmp'), { recursive: true });
+    if (this.failAllCreates || this.failCreateFor.delete(options.sandboxId)) {
+      throw new RuntimeError('fake create failure (injected by the test)');
+    }
+  }
+
+  async exec(sandboxId: string, options: ExecOptions): Promise<SandboxProcess> {
+    this.calls.push({ verb: 'exec', sandboxId });
+    if ((await this.observe(sandboxId)).status !== 'running') {
+      throw new RuntimeError(`sandbox ${sandboxId} does not run`);
+    }
+    const cwd = join(this.rootDir(sandboxId), options.cwd);
+    const st = await stat(cwd).catch(() => null);
+    if (st === null || !st.isDirectory()) throw new RuntimeError(`cwd ${options.cwd} is not a directory`);
+    const child = spawn(options.argv[0] ?? '/bin/false', options.argv.slice(1), {
+      cwd,
+      env: { PATH: DEFAULT_PATH, ...options.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+    });
+    const set = this.children.get(sandboxId) ?? new Set<ChildProcess>();
+    set.add(child);
+    this.children.set(sandboxId, set);
+    const exited = new Promise<ProcessExit>((resolve) => {
+      child.on('error', () => resolve({ exitCode: 127, signal: null }));
+      child.on('close', (code, signal) => {
+        set.delete(child);
+        resolve(signal === null ? { exitCode: code ?? 0, signal: null } : { exitCode: null, signal });
+      });
+    });
+    if (child.stdin === null || child.stdout === null || child.stderr === null) throw new RuntimeError('no pipes');
+    return {
+      stdin: child.stdin,
+      stdout: child.stdout,
+      stderr: child.stderr,
+      kill: async (signal) => killGroup(child, signal),
+      exited,
+    };
+  }
+
+  rootDir(sandboxId: string): string {
+    return join(this.baseDir, sandboxId, 'rootfs');
+  }
+
+  async observe(sandboxId: string): Promise<ObservedSandbox> {
+    const events = this.events.get(sandboxId) ?? [];
+    this.events.delete(sandboxId);
+    const exists = await stat(this.rootDir(sandboxId)).then(
+      () => true,
+      () => false,
+    );
+    return { status: !exists ? 'missing' : this.stopped.has(sandboxId) ? 'stopped' : 'running', events };
+  }
+
+  async delete(sandboxId: string): Promise<void> {
+    this.calls.push({ verb: 'delete', sandboxId });
+    for (const child of this.children.get(sandboxId) ?? []) killGroup(child, 'SIGKILL');
+    this.children.delete(sandboxId);
+    this.stopped.delete(sandboxId);
+    await rm(join(this.baseDir, sandboxId), { recursive: true, force: true });
+  }
+
+  async listHostResources(): Promise<HostResources> {
+    const names = await readdir(this.baseDir).catch(() => [] as string[]);
+    return { sandboxIds: names.filter((n) => n.startsWith('sbx_')) };
+  }
+
+  /** Test hook: report `event` on the next `observe` of `sandboxId`. */
+  injectEvent(sandboxId: string, event: RuntimeEvent): void {
+    this.events.set(sandboxId, [...(this.events.get(sandboxId) ?? []), event]);
+  }
+
+  /** Test hook: make the container vanish from the "host" (as if someone ran `runsc delete` by hand). */
+  async vanish(sandboxId: string): Promise<void> {
+    await rm(join(this.baseDir, sandboxId), { recursive: true, force: true });
+  }
+
+  /** Test hook: make the sandbox's init "exit". */
+  stop(sandboxId: string): void {
+    this.stopped.add(sandboxId);
+  }
+
+  /** Kill every process the fake started. */
+  async close(): Promise<void> {
+    for (const set of this.children.values()) for (const child of set) killGroup(child, 'SIGKILL');
+    this.children.clear();
+  }
+}
+
+function killGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  if (child.pid === undefined || child.exitCode !== null) return;
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    child.kill(signal);
+  }
+}
