@@ -48,12 +48,11 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     loggerInstance: options.logger as FastifyBaseLogger,
     bodyLimit: options.bodyLimitBytes ?? 16 * 1024 * 1024,
     genReqId: () => newId('req'),
-    disableRequestLogging: false,
-    requestIdLogLabel: 'requestId',
   }).withTypeProvider<ZodTypeProvider>();
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.decorateRequest('principal', null);
+  app.removeContentTypeParser('text/plain');
 
   await app.register(fastifySwagger, {
     openapi: {

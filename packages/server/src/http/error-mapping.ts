@@ -66,7 +66,7 @@ export function mapError(error: unknown, requestId: string): MappedError {
       unexpected: error.statusCode >= 500,
     };
   }
-  if (hasZodFastifySchemaValidationErrors(error)) {
+  if (typeof error === 'object' && error !== null && hasZodFastifySchemaValidationErrors(error)) {
     const where = (error as { validationContext?: string }).validationContext ?? 'request';
     const issues = error.validation.map((v) => ({
       path: v.instancePath,
@@ -84,7 +84,7 @@ export function mapError(error: unknown, requestId: string): MappedError {
       unexpected: false,
     };
   }
-  if (isResponseSerializationError(error)) {
+  if (typeof error === 'object' && error !== null && isResponseSerializationError(error)) {
     return {
       statusCode: 500,
       envelope: envelope(ErrorCode.internal, 'the server built a response that breaks its own contract', 'report this with the request id'),

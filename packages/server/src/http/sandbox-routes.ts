@@ -37,7 +37,8 @@ export function registerSandboxRoutes(app: ZodApp, services: Services): void {
       schema: {
         tags,
         summary: 'List sandboxes (filters: state, label=k=v repeatable; cursor pagination)',
-        querystring: ListSandboxesQuerySchema,
+        // Same shape without the component id: @fastify/swagger cannot expand a $ref into query parameters.
+        querystring: z.object(ListSandboxesQuerySchema.shape),
         response: { 200: SandboxListSchema, ...ERROR_RESPONSES },
       },
     },

@@ -1,0 +1,48 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { type Burrow, createBurrow, loadConfig } from '../../packages/server/src/main.js';
+import { FakeDriver } from '../../packages/server/src/testing/fake-driver.js';
+import { FakeTemplateBuilder } from '../../packages/server/src/testing/fake-template-builder.js';
+
+/** A server over real SQLite in a temp dataDir, with the FAKE driver and builder (fast layer). */
+export interface Harness {
+  burrow: Burrow;
+  driver: FakeDriver;
+  builder: FakeTemplateBuilder;
+  dataDir: string;
+  adminSecret: string;
+  /** Headers carrying the admin key. */
+  admin: Record<string, string>;
+  close(): Promise<void>;
+}
+
+export async function startHarness(options: { bodyLimitBytes?: number } = {}): Promise<Harness> {
+  const dataDir = await mkdtemp(join(tmpdir(), 'burrow-api-'));
+  const driver = new FakeDriver(join(dataDir, 'fake-sandboxes'));
+  const builder = new FakeTemplateBuilder(join(dataDir, 'fake-templates'));
+  const config = loadConfig({}, { dataDir, ...(options.bodyLimitBytes === undefined ? {} : { bodyLimitBytes: options.bodyLimitBytes }) });
+  const burrow = await createBurrow(config, {
+    driver,
+    templateBuilder: builder,
+    logger: pino({ level: process.env.BURROW_TEST_LOG ?? 'silent' }),
+    capacity: { cpuCount: () => 2, memoryMiB: () => 4096, freeDiskMiB: async () => 100_000 },
+  });
+  await burrow.services.templates.ensureBase();
+  const adminSecret = (await burrow.services.keys.ensureAdminKey()) ?? '';
+  await burrow.app.ready();
+  return {
+    burrow,
+    driver,
+    builder,
+    dataDir,
+    adminSecret,
+    admin: { authorization: `Bearer ${adminSecret}` },
+    close: async () => {
+      await driver.close();
+      await burrow.close();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
