@@ -1,0 +1,110 @@
+import { symlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { ErrorEnvelopeSchema, FileInfoSchema } from '@burrow/contract';
+import type { LightMyRequestResponse } from 'fastify';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { type Harness, startHarness } from './api-harness.js';
+
+let h: Harness;
+let id = '';
+beforeAll(async () => {
+  h = await startHarness();
+  const res = await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: {} });
+  id = res.json().id;
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+function expectError(res: LightMyRequestResponse, status: number, code: string) {
+  expect(res.statusCode, res.body).toBe(status);
+  expect(ErrorEnvelopeSchema.parse(res.json()).error.code).toBe(code);
+}
+const q = (path: string) => encodeURIComponent(path);
+
+describe('files', () => {
+  test('write, stat, read, list, mkdir, rename, remove round trip', async () => {
+    const bytes = Buffer.from([0, 1, 2, 255, 10, 13]);
+    const put = await h.burrow.app.inject({
+      method: 'PUT',
+      url: `/v1/sandboxes/${id}/files/content?path=${q('/root/dir/a.bin')}&mode=600`,
+      headers: { ...h.admin, 'content-type': 'application/octet-stream' },
+      payload: bytes,
+    });
+    expect(put.statusCode, put.body).toBe(200);
+    expect(FileInfoSchema.parse(put.json())).toMatchObject({ path: '/root/dir/a.bin', sizeBytes: 6, type: 'file', mode: 0o600 });
+    const got = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/root/dir/a.bin')}`, headers: h.admin });
+    expect(got.headers['content-type']).toBe('application/octet-stream');
+    expect(got.rawPayload.equals(bytes)).toBe(true);
+    const stat = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/dir')}`, headers: h.admin });
+    expect(stat.json().type).toBe('directory');
+    const mk = await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/files/mkdir`, headers: h.admin, payload: { path: '/root/dir/sub/deeper' } });
+    expect(mk.statusCode).toBe(200);
+    const list = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}&depth=2`, headers: h.admin });
+    expect(list.json().items.map((f: { path: string }) => f.path).sort()).toEqual(['/root/dir/a.bin', '/root/dir/sub', '/root/dir/sub/deeper']);
+    const mv = await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/files/rename`, headers: h.admin, payload: { from: '/root/dir/a.bin', to: '/root/b.bin' } });
+    expect(mv.statusCode).toBe(204);
+    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/dir/a.bin')}`, headers: h.admin }), 404, 'file_not_found');
+    expectError(await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}`, headers: h.admin }), 409, 'directory_not_empty');
+    expect((await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}&recursive=true`, headers: h.admin })).statusCode).toBe(204);
+    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/root')}`, headers: h.admin }), 400, 'is_a_directory');
+  });
+
+  test('paths with NUL, relative paths and escapes stay inside the root', async () => {
+    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/a\0b')}`, headers: h.admin }), 400, 'invalid_request');
+    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat?path=${q('etc/passwd')}`, headers: h.admin }), 400, 'invalid_request');
+    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat`, headers: h.admin }), 400, 'invalid_request');
+    // `..` stops at the sandbox root: the host's /etc/passwd is never reached.
+    const escaped = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/../../etc/passwd')}`, headers: h.admin });
+    expectError(escaped, 404, 'file_not_found');
+    // A symlink planted inside the sandbox pointing at / resolves to the sandbox root, not the host root.
+    await symlink('/', join(h.driver.rootDir(id), 'root', 'escape'));
+    const viaLink = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/etc/passwd')}`, headers: h.admin });
+    expectError(viaLink, 404, 'file_not_found');
+    await writeFile(join(h.driver.rootDir(id), 'inside.txt'), 'inside');
+    const inside = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/inside.txt')}`, headers: h.admin });
+    expect(inside.body).toBe('inside');
+    const write = await h.burrow.app.inject({
+      method: 'PUT',
+      url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/tmp/planted')}`,
+      headers: { ...h.admin, 'content-type': 'application/octet-stream' },
+      payload: Buffer.from('x'),
+    });
+    expect(write.statusCode, write.body).toBe(200);
+    expect(write.json().path).toBe('/tmp/planted');
+  });
+
+  test('uploads need octet-stream; modes are validated; other tenants and unknown ids get 404', async () => {
+    expectError(
+      await h.burrow.app.inject({
+        method: 'PUT',
+        url: `/v1/sandboxes/${id}/files/content?path=${q('/root/x')}`,
+        headers: h.admin,
+        payload: { not: 'bytes' },
+      }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'PUT',
+        url: `/v1/sandboxes/${id}/files/content?path=${q('/root/x')}&mode=999`,
+        headers: { ...h.admin, 'content-type': 'application/octet-stream' },
+        payload: Buffer.from('x'),
+      }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/sbx_00000000000000000000/files?path=/`, headers: h.admin }),
+      404,
+      'sandbox_not_found',
+    );
+    const other = await h.burrow.services.keys.create(
+      { keyId: 'key_x', tenantId: 'default', role: 'admin' },
+      { name: 'other', tenantId: 'other', role: 'member' },
+    );
+    const otherHeaders = { authorization: `Bearer ${other.secret}` };
+    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files?path=/`, headers: otherHeaders }), 404, 'sandbox_not_found');
+  });
+});
