@@ -77,6 +77,8 @@ export async function startSandboxProcess(input: StartProcessInput): Promise<San
   if (pid === null) {
     const log = await readFile(input.logFile, 'utf8').catch(() => '');
     if (!/error finding executable/.test(log)) {
+      stdout.resume();
+      stderr.resume();
       await exited.catch(() => undefined);
       throw new RuntimeError(`cannot exec in sandbox ${input.sandboxId}`, fatalLines(log));
     }
