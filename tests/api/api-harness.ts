@@ -22,7 +22,10 @@ export async function startHarness(options: { bodyLimitBytes?: number } = {}): P
   const dataDir = await mkdtemp(join(tmpdir(), 'burrow-api-'));
   const driver = new FakeDriver(join(dataDir, 'fake-sandboxes'));
   const builder = new FakeTemplateBuilder(join(dataDir, 'fake-templates'));
-  const config = loadConfig({}, { dataDir, ...(options.bodyLimitBytes === undefined ? {} : { bodyLimitBytes: options.bodyLimitBytes }) });
+  const config = loadConfig(
+    {},
+    { dataDir, ...(options.bodyLimitBytes === undefined ? {} : { bodyLimitBytes: options.bodyLimitBytes }) },
+  );
   const burrow = await createBurrow(config, {
     driver,
     templateBuilder: builder,

@@ -26,14 +26,30 @@ async function newKey(body: Record<string, unknown>) {
 describe('auth', () => {
   test('missing, malformed, wrong and revoked keys get 401; public routes need none', async () => {
     expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes' }), 401, 'unauthorized');
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: { authorization: 'Basic abc' } }), 401, 'unauthorized');
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer('bk_wrong') }), 401, 'unauthorized');
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: { authorization: 'Basic abc' } }),
+      401,
+      'unauthorized',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer('bk_wrong') }),
+      401,
+      'unauthorized',
+    );
     const member = await newKey({ name: 'to-revoke' });
     expect(member.secret).toMatch(/^bk_[0-9a-z]{32}$/);
     expect(member.secret.startsWith(member.key.prefix)).toBe(true);
-    expect((await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer(member.secret) })).statusCode).toBe(200);
-    expect((await h.burrow.app.inject({ method: 'DELETE', url: `/v1/keys/${member.key.id}`, headers: h.admin })).statusCode).toBe(204);
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer(member.secret) }), 401, 'unauthorized');
+    expect(
+      (await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer(member.secret) })).statusCode,
+    ).toBe(200);
+    expect(
+      (await h.burrow.app.inject({ method: 'DELETE', url: `/v1/keys/${member.key.id}`, headers: h.admin })).statusCode,
+    ).toBe(204);
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer(member.secret) }),
+      401,
+      'unauthorized',
+    );
     expect((await h.burrow.app.inject({ method: 'GET', url: '/v1/health' })).statusCode).toBe(200);
     const doc = await h.burrow.app.inject({ method: 'GET', url: '/v1/openapi.json' });
     expect(doc.json().openapi).toBe('3.1.0');
@@ -49,15 +65,27 @@ describe('auth', () => {
 
   test("another tenant's sandbox answers exactly like an unknown id", async () => {
     const other = await newKey({ name: 'tenant-b', tenantId: 'tenant-b' });
-    const mine = (await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: {} })).json();
+    const mine = (
+      await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: {} })
+    ).json();
     const unknown = 'sbx_00000000000000000000';
     for (const [method, suffix, payload] of [
       ['GET', '', undefined],
       ['DELETE', '', undefined],
       ['POST', '/exec', { cmd: 'true' }],
     ] as const) {
-      const theirs = await h.burrow.app.inject({ method, url: `/v1/sandboxes/${mine.id}${suffix}`, headers: bearer(other.secret), ...(payload ? { payload } : {}) });
-      const none = await h.burrow.app.inject({ method, url: `/v1/sandboxes/${unknown}${suffix}`, headers: bearer(other.secret), ...(payload ? { payload } : {}) });
+      const theirs = await h.burrow.app.inject({
+        method,
+        url: `/v1/sandboxes/${mine.id}${suffix}`,
+        headers: bearer(other.secret),
+        ...(payload ? { payload } : {}),
+      });
+      const none = await h.burrow.app.inject({
+        method,
+        url: `/v1/sandboxes/${unknown}${suffix}`,
+        headers: bearer(other.secret),
+        ...(payload ? { payload } : {}),
+      });
       expect(theirs.statusCode).toBe(404);
       expect(none.statusCode).toBe(404);
       const a = theirs.json().error;
@@ -66,9 +94,13 @@ describe('auth', () => {
       expect(a.message.replace(mine.id, 'ID')).toBe(b.message.replace(unknown, 'ID'));
       expect(a.hint).toBe(b.hint);
     }
-    const list = (await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer(other.secret) })).json();
+    const list = (
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer(other.secret) })
+    ).json();
     expect(list.items).toEqual([]);
-    expect((await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${mine.id}`, headers: h.admin })).statusCode).toBe(200);
+    expect(
+      (await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${mine.id}`, headers: h.admin })).statusCode,
+    ).toBe(200);
     await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${mine.id}`, headers: h.admin });
   });
 });
@@ -76,9 +108,24 @@ describe('auth', () => {
 describe('keys', () => {
   test('members cannot manage keys and see only their tenant', async () => {
     const member = await newKey({ name: 'member-a', tenantId: 'tenant-a' });
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/keys', headers: bearer(member.secret), payload: { name: 'x' } }), 403, 'forbidden');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: `/v1/keys/${member.key.id}`, headers: bearer(member.secret) }), 403, 'forbidden');
-    const listed = (await h.burrow.app.inject({ method: 'GET', url: '/v1/keys', headers: bearer(member.secret) })).json();
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/keys',
+        headers: bearer(member.secret),
+        payload: { name: 'x' },
+      }),
+      403,
+      'forbidden',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'DELETE', url: `/v1/keys/${member.key.id}`, headers: bearer(member.secret) }),
+      403,
+      'forbidden',
+    );
+    const listed = (
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/keys', headers: bearer(member.secret) })
+    ).json();
     expect(listed.items.every((k: { tenantId: string }) => k.tenantId === 'tenant-a')).toBe(true);
     expect(JSON.stringify(listed)).not.toContain('secret');
     const all = (await h.burrow.app.inject({ method: 'GET', url: '/v1/keys', headers: h.admin })).json();
@@ -86,11 +133,41 @@ describe('keys', () => {
   });
 
   test('bad key requests', async () => {
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/keys', headers: h.admin, payload: { name: '' } }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/keys', headers: h.admin, payload: { name: 'x', role: 'root' } }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/keys', headers: h.admin, payload: { name: 'x', tenantId: 'Bad!' } }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: '/v1/keys/key_00000000000000000000', headers: h.admin }), 404, 'key_not_found');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: '/v1/keys/nope', headers: h.admin }), 400, 'invalid_request');
+    expectError(
+      await h.burrow.app.inject({ method: 'POST', url: '/v1/keys', headers: h.admin, payload: { name: '' } }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/keys',
+        headers: h.admin,
+        payload: { name: 'x', role: 'root' },
+      }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/keys',
+        headers: h.admin,
+        payload: { name: 'x', tenantId: 'Bad!' },
+      }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'DELETE', url: '/v1/keys/key_00000000000000000000', headers: h.admin }),
+      404,
+      'key_not_found',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'DELETE', url: '/v1/keys/nope', headers: h.admin }),
+      400,
+      'invalid_request',
+    );
   });
 });
 
@@ -98,12 +175,39 @@ describe('templates', () => {
   test('list, build (JSON and SSE), use, refuse deleting base or in-use, delete', async () => {
     const list = (await h.burrow.app.inject({ method: 'GET', url: '/v1/templates', headers: h.admin })).json();
     expect(list.items.map((t: { name: string }) => t.name)).toContain('base');
-    const built = await h.burrow.app.inject({ method: 'POST', url: '/v1/templates', headers: h.admin, payload: { name: 'py', apt: ['python3'], run: ['echo hi'] } });
+    const built = await h.burrow.app.inject({
+      method: 'POST',
+      url: '/v1/templates',
+      headers: h.admin,
+      payload: { name: 'py', apt: ['python3'], run: ['echo hi'] },
+    });
     expect(built.statusCode, built.body).toBe(201);
     expect(built.json()).toMatchObject({ name: 'py', state: 'ready', from: 'base', apt: ['python3'] });
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/templates', headers: h.admin, payload: { name: 'py' } }), 409, 'template_exists');
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/templates', headers: h.admin, payload: { name: 'x', from: 'missing' } }), 404, 'template_not_found');
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/templates', headers: h.admin, payload: { name: 'x', apt: ['Not A Package'] } }), 400, 'invalid_request');
+    expectError(
+      await h.burrow.app.inject({ method: 'POST', url: '/v1/templates', headers: h.admin, payload: { name: 'py' } }),
+      409,
+      'template_exists',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/templates',
+        headers: h.admin,
+        payload: { name: 'x', from: 'missing' },
+      }),
+      404,
+      'template_not_found',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/templates',
+        headers: h.admin,
+        payload: { name: 'x', apt: ['Not A Package'] },
+      }),
+      400,
+      'invalid_request',
+    );
 
     const sse = await h.burrow.app.inject({
       method: 'POST',
@@ -119,25 +223,81 @@ describe('templates', () => {
     expect(events[0]?.type).toBe('log');
     expect(events.at(-1)).toMatchObject({ type: 'done', template: { name: 'streamed', state: 'ready' } });
 
-    const failed = await h.burrow.app.inject({ method: 'POST', url: '/v1/templates', headers: h.admin, payload: { name: 'broken', run: ['fail'] } });
+    const failed = await h.burrow.app.inject({
+      method: 'POST',
+      url: '/v1/templates',
+      headers: h.admin,
+      payload: { name: 'broken', run: ['fail'] },
+    });
     expectError(failed, 422, 'template_build_failed');
-    expect((await h.burrow.app.inject({ method: 'GET', url: '/v1/templates/broken', headers: h.admin })).json().state).toBe('error');
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: { template: 'broken' } }), 404, 'template_not_found');
+    expect(
+      (await h.burrow.app.inject({ method: 'GET', url: '/v1/templates/broken', headers: h.admin })).json().state,
+    ).toBe('error');
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/sandboxes',
+        headers: h.admin,
+        payload: { template: 'broken' },
+      }),
+      404,
+      'template_not_found',
+    );
 
-    const sbx = (await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: { template: 'streamed' } })).json();
+    const sbx = (
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/sandboxes',
+        headers: h.admin,
+        payload: { template: 'streamed' },
+      })
+    ).json();
     expect(sbx.template).toBe('streamed');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/streamed', headers: h.admin }), 409, 'conflict');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/base', headers: h.admin }), 409, 'conflict');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/py', headers: h.admin }), 409, 'conflict');
+    expectError(
+      await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/streamed', headers: h.admin }),
+      409,
+      'conflict',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/base', headers: h.admin }),
+      409,
+      'conflict',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/py', headers: h.admin }),
+      409,
+      'conflict',
+    );
     await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin });
-    expect((await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/streamed', headers: h.admin })).statusCode).toBe(204);
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/templates/streamed', headers: h.admin }), 404, 'template_not_found');
+    expect(
+      (await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/streamed', headers: h.admin })).statusCode,
+    ).toBe(204);
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/templates/streamed', headers: h.admin }),
+      404,
+      'template_not_found',
+    );
   });
 
   test('members list templates but cannot build or delete', async () => {
     const member = await newKey({ name: 'tmpl-member' });
-    expect((await h.burrow.app.inject({ method: 'GET', url: '/v1/templates', headers: bearer(member.secret) })).statusCode).toBe(200);
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/templates', headers: bearer(member.secret), payload: { name: 'm' } }), 403, 'forbidden');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/py', headers: bearer(member.secret) }), 403, 'forbidden');
+    expect(
+      (await h.burrow.app.inject({ method: 'GET', url: '/v1/templates', headers: bearer(member.secret) })).statusCode,
+    ).toBe(200);
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/templates',
+        headers: bearer(member.secret),
+        payload: { name: 'm' },
+      }),
+      403,
+      'forbidden',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'DELETE', url: '/v1/templates/py', headers: bearer(member.secret) }),
+      403,
+      'forbidden',
+    );
   });
 });

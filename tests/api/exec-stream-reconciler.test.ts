@@ -37,7 +37,11 @@ function connect(id: string, headers: Record<string, string> = h.admin): Session
   ws.on('error', () => undefined);
   return s;
 }
-const opened = (ws: WebSocket) => new Promise<void>((resolve, reject) => { ws.on('open', () => resolve()); ws.on('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`))); });
+const opened = (ws: WebSocket) =>
+  new Promise<void>((resolve, reject) => {
+    ws.on('open', () => resolve());
+    ws.on('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+  });
 
 describe('exec stream (WebSocket)', () => {
   test('stdin in, stdout and stderr out, exit last', async () => {
@@ -100,10 +104,20 @@ describe('reconciler', () => {
     // A row a crash left in `creating`, with its host directory.
     const interrupted = 'sbx_interruptedrow000000'.slice(0, 24);
     await h.burrow.store.sandboxes.insert({ ...row, id: interrupted, state: 'creating', labels: {} });
-    await h.driver.create({ sandboxId: interrupted, template: { id: 'x', rootfsDir: '/nonexistent' }, resources: { cpuCount: 1, memoryMiB: 64, diskMiB: 64 }, hostname: 'x' });
+    await h.driver.create({
+      sandboxId: interrupted,
+      template: { id: 'x', rootfsDir: '/nonexistent' },
+      resources: { cpuCount: 1, memoryMiB: 64, diskMiB: 64 },
+      hostname: 'x',
+    });
     // Host resources no row owns.
     const orphan = 'sbx_orphan00000000000000';
-    await h.driver.create({ sandboxId: orphan, template: { id: 'x', rootfsDir: '/nonexistent' }, resources: { cpuCount: 1, memoryMiB: 64, diskMiB: 64 }, hostname: 'x' });
+    await h.driver.create({
+      sandboxId: orphan,
+      template: { id: 'x', rootfsDir: '/nonexistent' },
+      resources: { cpuCount: 1, memoryMiB: 64, diskMiB: 64 },
+      hostname: 'x',
+    });
     await h.driver.vanish(vanished);
     await new Promise((r) => setTimeout(r, 1100));
     const report = await h.burrow.reconciler.reconcileOnce();

@@ -32,37 +32,133 @@ describe('files', () => {
       payload: bytes,
     });
     expect(put.statusCode, put.body).toBe(200);
-    expect(FileInfoSchema.parse(put.json())).toMatchObject({ path: '/root/dir/a.bin', sizeBytes: 6, type: 'file', mode: 0o600 });
-    const got = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/root/dir/a.bin')}`, headers: h.admin });
+    expect(FileInfoSchema.parse(put.json())).toMatchObject({
+      path: '/root/dir/a.bin',
+      sizeBytes: 6,
+      type: 'file',
+      mode: 0o600,
+    });
+    const got = await h.burrow.app.inject({
+      method: 'GET',
+      url: `/v1/sandboxes/${id}/files/content?path=${q('/root/dir/a.bin')}`,
+      headers: h.admin,
+    });
     expect(got.headers['content-type']).toBe('application/octet-stream');
     expect(got.rawPayload.equals(bytes)).toBe(true);
-    const stat = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/dir')}`, headers: h.admin });
+    const stat = await h.burrow.app.inject({
+      method: 'GET',
+      url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/dir')}`,
+      headers: h.admin,
+    });
     expect(stat.json().type).toBe('directory');
-    const mk = await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/files/mkdir`, headers: h.admin, payload: { path: '/root/dir/sub/deeper' } });
+    const mk = await h.burrow.app.inject({
+      method: 'POST',
+      url: `/v1/sandboxes/${id}/files/mkdir`,
+      headers: h.admin,
+      payload: { path: '/root/dir/sub/deeper' },
+    });
     expect(mk.statusCode).toBe(200);
-    const list = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}&depth=2`, headers: h.admin });
-    expect(list.json().items.map((f: { path: string }) => f.path).sort()).toEqual(['/root/dir/a.bin', '/root/dir/sub', '/root/dir/sub/deeper']);
-    const mv = await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/files/rename`, headers: h.admin, payload: { from: '/root/dir/a.bin', to: '/root/b.bin' } });
+    const list = await h.burrow.app.inject({
+      method: 'GET',
+      url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}&depth=2`,
+      headers: h.admin,
+    });
+    expect(
+      list
+        .json()
+        .items.map((f: { path: string }) => f.path)
+        .sort(),
+    ).toEqual(['/root/dir/a.bin', '/root/dir/sub', '/root/dir/sub/deeper']);
+    const mv = await h.burrow.app.inject({
+      method: 'POST',
+      url: `/v1/sandboxes/${id}/files/rename`,
+      headers: h.admin,
+      payload: { from: '/root/dir/a.bin', to: '/root/b.bin' },
+    });
     expect(mv.statusCode).toBe(204);
-    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/dir/a.bin')}`, headers: h.admin }), 404, 'file_not_found');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}`, headers: h.admin }), 409, 'directory_not_empty');
-    expect((await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}&recursive=true`, headers: h.admin })).statusCode).toBe(204);
-    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/root')}`, headers: h.admin }), 400, 'is_a_directory');
+    expectError(
+      await h.burrow.app.inject({
+        method: 'GET',
+        url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/dir/a.bin')}`,
+        headers: h.admin,
+      }),
+      404,
+      'file_not_found',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'DELETE',
+        url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}`,
+        headers: h.admin,
+      }),
+      409,
+      'directory_not_empty',
+    );
+    expect(
+      (
+        await h.burrow.app.inject({
+          method: 'DELETE',
+          url: `/v1/sandboxes/${id}/files?path=${q('/root/dir')}&recursive=true`,
+          headers: h.admin,
+        })
+      ).statusCode,
+    ).toBe(204);
+    expectError(
+      await h.burrow.app.inject({
+        method: 'GET',
+        url: `/v1/sandboxes/${id}/files/content?path=${q('/root')}`,
+        headers: h.admin,
+      }),
+      400,
+      'is_a_directory',
+    );
   });
 
   test('paths with NUL, relative paths and escapes stay inside the root', async () => {
-    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/a\0b')}`, headers: h.admin }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat?path=${q('etc/passwd')}`, headers: h.admin }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat`, headers: h.admin }), 400, 'invalid_request');
+    expectError(
+      await h.burrow.app.inject({
+        method: 'GET',
+        url: `/v1/sandboxes/${id}/files/stat?path=${q('/root/a\0b')}`,
+        headers: h.admin,
+      }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'GET',
+        url: `/v1/sandboxes/${id}/files/stat?path=${q('etc/passwd')}`,
+        headers: h.admin,
+      }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/stat`, headers: h.admin }),
+      400,
+      'invalid_request',
+    );
     // `..` stops at the sandbox root: the host's /etc/passwd is never reached.
-    const escaped = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/../../etc/passwd')}`, headers: h.admin });
+    const escaped = await h.burrow.app.inject({
+      method: 'GET',
+      url: `/v1/sandboxes/${id}/files/content?path=${q('/../../etc/passwd')}`,
+      headers: h.admin,
+    });
     expectError(escaped, 404, 'file_not_found');
     // A symlink planted inside the sandbox pointing at / resolves to the sandbox root, not the host root.
     await symlink('/', join(h.driver.rootDir(id), 'root', 'escape'));
-    const viaLink = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/etc/passwd')}`, headers: h.admin });
+    const viaLink = await h.burrow.app.inject({
+      method: 'GET',
+      url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/etc/passwd')}`,
+      headers: h.admin,
+    });
     expectError(viaLink, 404, 'file_not_found');
     await writeFile(join(h.driver.rootDir(id), 'inside.txt'), 'inside');
-    const inside = await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/inside.txt')}`, headers: h.admin });
+    const inside = await h.burrow.app.inject({
+      method: 'GET',
+      url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/inside.txt')}`,
+      headers: h.admin,
+    });
     expect(inside.body).toBe('inside');
     const write = await h.burrow.app.inject({
       method: 'PUT',
@@ -96,7 +192,11 @@ describe('files', () => {
       'invalid_request',
     );
     expectError(
-      await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/sbx_00000000000000000000/files?path=/`, headers: h.admin }),
+      await h.burrow.app.inject({
+        method: 'GET',
+        url: `/v1/sandboxes/sbx_00000000000000000000/files?path=/`,
+        headers: h.admin,
+      }),
       404,
       'sandbox_not_found',
     );
@@ -105,6 +205,10 @@ describe('files', () => {
       { name: 'other', tenantId: 'other', role: 'member' },
     );
     const otherHeaders = { authorization: `Bearer ${other.secret}` };
-    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files?path=/`, headers: otherHeaders }), 404, 'sandbox_not_found');
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files?path=/`, headers: otherHeaders }),
+      404,
+      'sandbox_not_found',
+    );
   });
 });

@@ -33,14 +33,20 @@ describe.skipIf(!haveBase)('API over the real GvisorDriver', () => {
     admin = { authorization: `Bearer ${await burrow.services.keys.ensureAdminKey()}` };
   });
   afterAll(async () => {
-    for (const id of created) await driver.delete(id).catch((e: unknown) => console.error(`cleanup of ${id} failed`, e));
+    for (const id of created)
+      await driver.delete(id).catch((e: unknown) => console.error(`cleanup of ${id} failed`, e));
     await burrow?.close();
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
   });
 
   test('create, exec python, files round trip, delete verified on the host', async () => {
     const t0 = performance.now();
-    const res = await burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: admin, payload: { memoryMiB: 256, diskMiB: 256 } });
+    const res = await burrow.app.inject({
+      method: 'POST',
+      url: '/v1/sandboxes',
+      headers: admin,
+      payload: { memoryMiB: 256, diskMiB: 256 },
+    });
     expect(res.statusCode, res.body).toBe(201);
     const id = res.json().id as string;
     created.push(id);
@@ -48,7 +54,12 @@ describe.skipIf(!haveBase)('API over the real GvisorDriver', () => {
     console.log(`[real-runtime] ${id} create ${createMs.toFixed(0)} ms`);
 
     const t1 = performance.now();
-    const exec = await burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/exec`, headers: admin, payload: { cmd: "python3 -c 'print(6*7)'" } });
+    const exec = await burrow.app.inject({
+      method: 'POST',
+      url: `/v1/sandboxes/${id}/exec`,
+      headers: admin,
+      payload: { cmd: "python3 -c 'print(6*7)'" },
+    });
     expect(exec.statusCode, exec.body).toBe(200);
     expect(Buffer.from(exec.json().stdout, 'base64').toString()).toBe('42\n');
     expect(exec.json().exitCode).toBe(0);
@@ -61,10 +72,24 @@ describe.skipIf(!haveBase)('API over the real GvisorDriver', () => {
       payload: Buffer.from('from the API\n'),
     });
     expect(put.statusCode, put.body).toBe(200);
-    const cat = await burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/exec`, headers: admin, payload: { cmd: ['cat', '/root/hello.txt'] } });
+    const cat = await burrow.app.inject({
+      method: 'POST',
+      url: `/v1/sandboxes/${id}/exec`,
+      headers: admin,
+      payload: { cmd: ['cat', '/root/hello.txt'] },
+    });
     expect(Buffer.from(cat.json().stdout, 'base64').toString()).toBe('from the API\n');
-    await burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/exec`, headers: admin, payload: { cmd: 'echo inside > /root/made.txt' } });
-    const read = await burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}/files/content?path=${encodeURIComponent('/root/made.txt')}`, headers: admin });
+    await burrow.app.inject({
+      method: 'POST',
+      url: `/v1/sandboxes/${id}/exec`,
+      headers: admin,
+      payload: { cmd: 'echo inside > /root/made.txt' },
+    });
+    const read = await burrow.app.inject({
+      method: 'GET',
+      url: `/v1/sandboxes/${id}/files/content?path=${encodeURIComponent('/root/made.txt')}`,
+      headers: admin,
+    });
     expect(read.body).toBe('inside\n');
 
     const t2 = performance.now();
@@ -72,6 +97,8 @@ describe.skipIf(!haveBase)('API over the real GvisorDriver', () => {
     expect(del.statusCode, del.body).toBe(204);
     console.log(`[real-runtime] delete ${(performance.now() - t2).toFixed(0)} ms`);
     expect((await driver.listHostResources()).sandboxIds).not.toContain(id);
-    expect((await burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: admin })).statusCode).toBe(404);
+    expect((await burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: admin })).statusCode).toBe(
+      404,
+    );
   });
 });

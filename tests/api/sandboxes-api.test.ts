@@ -38,8 +38,16 @@ describe('sandboxes', () => {
     const del = await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin });
     expect(del.statusCode).toBe(204);
     expect((await h.driver.listHostResources()).sandboxIds).not.toContain(sbx.id);
-    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin }), 404, 'sandbox_not_found');
-    expectError(await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin }), 404, 'sandbox_not_found');
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin }),
+      404,
+      'sandbox_not_found',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin }),
+      404,
+      'sandbox_not_found',
+    );
   });
 
   test('a create that fails half-way leaves no row and no host resources', async () => {
@@ -71,28 +79,74 @@ describe('sandboxes', () => {
     [{ env: { '1BAD': 'x' } }, 400, 'invalid_request'],
     [{ cwd: 'relative' }, 400, 'invalid_request'],
   ])('create %j → %i %s', async (body, status, code) => {
-    const env = expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: body }), status, code);
+    const env = expectError(
+      await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: body }),
+      status,
+      code,
+    );
     expect(env.error.hint).toBeTruthy();
   });
 
   test('invalid JSON, wrong content type and oversized bodies get the envelope', async () => {
     const headers = { ...h.admin, 'content-type': 'application/json' };
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers, payload: '{"template":' }), 400, 'invalid_json');
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: { ...h.admin, 'content-type': 'text/plain' }, payload: 'hi' }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: { ...h.admin, 'content-type': 'application/xml' }, payload: '<a/>' }), 400, 'invalid_request');
+    expectError(
+      await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers, payload: '{"template":' }),
+      400,
+      'invalid_json',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/sandboxes',
+        headers: { ...h.admin, 'content-type': 'text/plain' },
+        payload: 'hi',
+      }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/sandboxes',
+        headers: { ...h.admin, 'content-type': 'application/xml' },
+        payload: '<a/>',
+      }),
+      400,
+      'invalid_request',
+    );
     const big = JSON.stringify({ env: { A: 'x'.repeat(100 * 1024) } });
-    expectError(await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers, payload: big }), 413, 'payload_too_large');
+    expectError(
+      await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers, payload: big }),
+      413,
+      'payload_too_large',
+    );
     const health = await h.burrow.app.inject({ method: 'GET', url: '/v1/health' });
     expect(health.json().status).toBe('ok');
   });
 
   test('malformed and unknown ids, unknown routes', async () => {
     for (const id of ['sbx_short', 'abc', 'sbx_0000000000000000000I', `sbx_${'0'.repeat(21)}`]) {
-      expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: h.admin }), 400, 'invalid_request');
+      expectError(
+        await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: h.admin }),
+        400,
+        'invalid_request',
+      );
     }
-    expectError(await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${UNKNOWN_ID}`, headers: h.admin }), 404, 'sandbox_not_found');
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/nothing-here', headers: h.admin }), 404, 'route_not_found');
-    expectError(await h.burrow.app.inject({ method: 'PATCH', url: '/v1/sandboxes', headers: h.admin }), 404, 'route_not_found');
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${UNKNOWN_ID}`, headers: h.admin }),
+      404,
+      'sandbox_not_found',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/nothing-here', headers: h.admin }),
+      404,
+      'route_not_found',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'PATCH', url: '/v1/sandboxes', headers: h.admin }),
+      404,
+      'route_not_found',
+    );
   });
 
   test('exec: exit code, env, cwd, stdin, argv, timeout, truncation, not running', async () => {
@@ -115,13 +169,24 @@ describe('sandboxes', () => {
     expectError(await exec({ cmd: [] }), 400, 'invalid_request');
     expectError(await exec({ cmd: 'true', timeoutMs: 0 }), 400, 'invalid_request');
     expectError(await exec({ cmd: 'true', stdin: 'not base64!' }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${UNKNOWN_ID}/exec`, headers: h.admin, payload: { cmd: 'true' } }), 404, 'sandbox_not_found');
+    expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: `/v1/sandboxes/${UNKNOWN_ID}/exec`,
+        headers: h.admin,
+        payload: { cmd: 'true' },
+      }),
+      404,
+      'sandbox_not_found',
+    );
     await h.driver.vanish(sbx.id);
     expectError(await exec({ cmd: 'true' }), 409, 'sandbox_not_running');
     const got = (await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin })).json();
     expect(got.state).toBe('error');
     expect(got.conditions.at(-1)).toMatchObject({ type: 'Ready', status: 'false', reason: 'ContainerMissing' });
-    expect((await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin })).statusCode).toBe(204);
+    expect(
+      (await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin })).statusCode,
+    ).toBe(204);
   });
 
   test('exec output over the cap is truncated', async () => {
@@ -142,14 +207,17 @@ describe('sandboxes', () => {
     const sbx = await create();
     h.driver.injectEvent(sbx.id, { type: 'OOMKilled', reason: 'MemoryLimit', message: 'a process was killed' });
     const got = (await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin })).json();
-    expect(got.conditions).toEqual([expect.objectContaining({ type: 'OOMKilled', reason: 'MemoryLimit', status: 'true' })]);
+    expect(got.conditions).toEqual([
+      expect.objectContaining({ type: 'OOMKilled', reason: 'MemoryLimit', status: 'true' }),
+    ]);
     expect(got.state).toBe('running');
     await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin });
   });
 
   test('list: label AND filters, state filter, pagination never skips or repeats', async () => {
     const made: string[] = [];
-    for (let i = 0; i < 7; i++) made.push((await create({ labels: { suite: 'page', parity: i % 2 === 0 ? 'even' : 'odd' } })).id);
+    for (let i = 0; i < 7; i++)
+      made.push((await create({ labels: { suite: 'page', parity: i % 2 === 0 ? 'even' : 'odd' } })).id);
     const seen: string[] = [];
     let cursor: string | null = null;
     let pages = 0;
@@ -161,21 +229,51 @@ describe('sandboxes', () => {
       pages++;
     } while (cursor !== null && pages < 10);
     expect(seen).toEqual(made);
-    const even = (await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?label=suite=page&label=parity=even', headers: h.admin })).json();
+    const even = (
+      await h.burrow.app.inject({
+        method: 'GET',
+        url: '/v1/sandboxes?label=suite=page&label=parity=even',
+        headers: h.admin,
+      })
+    ).json();
     expect(even.items.map((s: { id: string }) => s.id)).toEqual(made.filter((_, i) => i % 2 === 0));
-    const none = (await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?label=suite=page&state=paused', headers: h.admin })).json();
+    const none = (
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?label=suite=page&state=paused', headers: h.admin })
+    ).json();
     expect(none.items).toEqual([]);
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?cursor=garbage', headers: h.admin }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?label=novalue', headers: h.admin }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?limit=0', headers: h.admin }), 400, 'invalid_request');
-    expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?state=bogus', headers: h.admin }), 400, 'invalid_request');
-    for (const id of made) await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: h.admin });
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?cursor=garbage', headers: h.admin }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?label=novalue', headers: h.admin }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?limit=0', headers: h.admin }),
+      400,
+      'invalid_request',
+    );
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?state=bogus', headers: h.admin }),
+      400,
+      'invalid_request',
+    );
+    for (const id of made)
+      await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: h.admin });
   });
 
   test('concurrent delete and exec on one sandbox leave a consistent end state', async () => {
     const sbx = await create();
     const results = await Promise.all([
-      h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${sbx.id}/exec`, headers: h.admin, payload: { cmd: 'true' } }),
+      h.burrow.app.inject({
+        method: 'POST',
+        url: `/v1/sandboxes/${sbx.id}/exec`,
+        headers: h.admin,
+        payload: { cmd: 'true' },
+      }),
       h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin }),
       h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sbx.id}`, headers: h.admin }),
     ]);

@@ -74,9 +74,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     runscPath: overrides.runscPath ?? env.BURROW_RUNSC ?? 'runsc',
     platform,
     logLevel: overrides.logLevel ?? env.BURROW_LOG_LEVEL ?? 'info',
-    bodyLimitBytes: overrides.bodyLimitBytes ?? intFrom(env.BURROW_BODY_LIMIT_BYTES, 'BURROW_BODY_LIMIT_BYTES', 16 * 1024 * 1024),
+    bodyLimitBytes:
+      overrides.bodyLimitBytes ?? intFrom(env.BURROW_BODY_LIMIT_BYTES, 'BURROW_BODY_LIMIT_BYTES', 16 * 1024 * 1024),
     reconcileIntervalMs:
-      overrides.reconcileIntervalMs ?? intFrom(env.BURROW_RECONCILE_INTERVAL_MS, 'BURROW_RECONCILE_INTERVAL_MS', 30_000),
+      overrides.reconcileIntervalMs ??
+      intFrom(env.BURROW_RECONCILE_INTERVAL_MS, 'BURROW_RECONCILE_INTERVAL_MS', 30_000),
   };
 }
 
@@ -120,13 +122,22 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       logger: logger.child({ component: 'driver' }),
     });
   const builder =
-    deps.templateBuilder ?? new GvisorTemplateBuilder({ templatesDir: config.templatesDir, runscPath: config.runscPath });
+    deps.templateBuilder ??
+    new GvisorTemplateBuilder({ templatesDir: config.templatesDir, runscPath: config.runscPath });
   const store = openStore(config.databaseUrl);
   await store.migrate();
-  await store.templates.failInterruptedBuilds('the server stopped during the build; delete the template and build again');
+  await store.templates.failInterruptedBuilds(
+    'the server stopped during the build; delete the template and build again',
+  );
   const mutex = new KeyedMutex();
   const keys = new KeyService({ keys: store.keys, clock, logger });
-  const templates = new TemplateService({ templates: store.templates, sandboxes: store.sandboxes, builder, clock, logger });
+  const templates = new TemplateService({
+    templates: store.templates,
+    sandboxes: store.sandboxes,
+    builder,
+    clock,
+    logger,
+  });
   const sandboxes = new SandboxService({
     sandboxes: store.sandboxes,
     templates,

@@ -25,7 +25,7 @@ export async function renderOpenApi(): Promise<string> {
 /** `node dist/write-openapi.js [--check] [--out <file>]`: write the document, or with --check exit 1 if it differs. */
 async function main(argv: string[]): Promise<number> {
   const outAt = argv.indexOf('--out');
-  const out = outAt >= 0 && argv[outAt + 1] !== undefined ? argv[outAt + 1] ?? DEFAULT_OUT : DEFAULT_OUT;
+  const out = outAt >= 0 && argv[outAt + 1] !== undefined ? (argv[outAt + 1] ?? DEFAULT_OUT) : DEFAULT_OUT;
   const text = await renderOpenApi();
   if (argv.includes('--check')) {
     const committed = await readFile(out, 'utf8').catch(() => '');

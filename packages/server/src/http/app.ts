@@ -1,6 +1,6 @@
+import { ErrorCode, HealthSchema } from '@burrow/contract';
 import fastifySwagger from '@fastify/swagger';
 import fastifyWebsocket from '@fastify/websocket';
-import { ErrorCode, HealthSchema } from '@burrow/contract';
 import Fastify, { type FastifyBaseLogger } from 'fastify';
 import {
   jsonSchemaTransform,
@@ -124,16 +124,18 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     async () => app.swagger() as unknown as Record<string, unknown>,
   );
 
-  await app.register(async (scope) => {
-    registerSandboxRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
-    registerExecStreamRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
-    registerTemplateRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
-    registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
-  }, { prefix: '/v1' });
+  await app.register(
+    async (scope) => {
+      registerSandboxRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerExecStreamRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerTemplateRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+    },
+    { prefix: '/v1' },
+  );
   // File routes get their own scope: only there is application/octet-stream accepted (streamed, not buffered).
   await app.register(async (scope) => registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services), {
     prefix: '/v1',
   });
   return app;
 }
-

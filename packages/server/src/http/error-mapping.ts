@@ -87,19 +87,31 @@ export function mapError(error: unknown, requestId: string): MappedError {
   if (typeof error === 'object' && error !== null && isResponseSerializationError(error)) {
     return {
       statusCode: 500,
-      envelope: envelope(ErrorCode.internal, 'the server built a response that breaks its own contract', 'report this with the request id'),
+      envelope: envelope(
+        ErrorCode.internal,
+        'the server built a response that breaks its own contract',
+        'report this with the request id',
+      ),
       unexpected: true,
     };
   }
   const e = (typeof error === 'object' && error !== null ? error : {}) as ErrorLike;
   const known = typeof e.code === 'string' ? FASTIFY_CODES[e.code] : undefined;
   if (known) {
-    return { statusCode: ERROR_HTTP_STATUS[known.code], envelope: envelope(known.code, known.message, known.hint), unexpected: false };
+    return {
+      statusCode: ERROR_HTTP_STATUS[known.code],
+      envelope: envelope(known.code, known.message, known.hint),
+      unexpected: false,
+    };
   }
   if (error instanceof SyntaxError && e.statusCode === 400) {
     return {
       statusCode: 400,
-      envelope: envelope(ErrorCode.invalidJson, 'the body is not valid JSON', 'send a JSON object with content-type application/json'),
+      envelope: envelope(
+        ErrorCode.invalidJson,
+        'the body is not valid JSON',
+        'send a JSON object with content-type application/json',
+      ),
       unexpected: false,
     };
   }
@@ -107,13 +119,21 @@ export function mapError(error: unknown, requestId: string): MappedError {
     const message = typeof e.message === 'string' ? e.message : 'the request is invalid';
     return {
       statusCode: e.statusCode === 413 ? 413 : 400,
-      envelope: envelope(e.statusCode === 413 ? ErrorCode.payloadTooLarge : ErrorCode.invalidRequest, message, 'fix the request and retry'),
+      envelope: envelope(
+        e.statusCode === 413 ? ErrorCode.payloadTooLarge : ErrorCode.invalidRequest,
+        message,
+        'fix the request and retry',
+      ),
       unexpected: false,
     };
   }
   return {
     statusCode: 500,
-    envelope: envelope(ErrorCode.internal, 'something went wrong on the server', 'retry; if it persists, report the request id'),
+    envelope: envelope(
+      ErrorCode.internal,
+      'something went wrong on the server',
+      'retry; if it persists, report the request id',
+    ),
     unexpected: true,
   };
 }

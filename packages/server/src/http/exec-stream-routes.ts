@@ -88,7 +88,13 @@ class ExecSession {
     }
   }
 
-  private async start(request: { cmd: string | string[]; env: Record<string, string>; cwd?: string | undefined; timeoutMs: number; stdin?: string | undefined }): Promise<void> {
+  private async start(request: {
+    cmd: string | string[];
+    env: Record<string, string>;
+    cwd?: string | undefined;
+    timeoutMs: number;
+    stdin?: string | undefined;
+  }): Promise<void> {
     const caller = principalOf(this.request);
     const id = (this.request.params as { id: string }).id;
     const started = await this.services.exec.start(caller, id, request, this.abort.signal);
@@ -147,7 +153,10 @@ class ExecSession {
     const { code, message, hint } = mapped.envelope.error;
     if (this.process !== null && !this.finished) this.process.kill('SIGKILL').catch(() => undefined);
     this.clearTimer();
-    this.finish({ type: 'error', error: { code, message, ...(hint === undefined ? {} : { hint }), requestId: this.request.id } });
+    this.finish({
+      type: 'error',
+      error: { code, message, ...(hint === undefined ? {} : { hint }), requestId: this.request.id },
+    });
   }
 
   private clearTimer(): void {

@@ -57,7 +57,9 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
     },
     async (request) => {
       const { path, depth } = request.query;
-      const items = await services.files.with(principalOf(request), request.params.id, (fs) => fs.list(path, { depth }));
+      const items = await services.files.with(principalOf(request), request.params.id, (fs) =>
+        fs.list(path, { depth }),
+      );
       return { items };
     },
   );

@@ -1,5 +1,5 @@
-import type { FastifyRequest } from 'fastify';
 import { ErrorCode } from '@burrow/contract';
+import type { FastifyRequest } from 'fastify';
 import type { Principal } from '../services/key-service.js';
 import { ApiError } from '../util/api-error.js';
 
@@ -16,7 +16,9 @@ declare module 'fastify' {
  */
 export function principalOf(request: FastifyRequest): Principal {
   if (request.principal === null) {
-    throw new ApiError(ErrorCode.unauthorized, 'this route needs an API key', { hint: 'pass `Authorization: Bearer bk_…`' });
+    throw new ApiError(ErrorCode.unauthorized, 'this route needs an API key', {
+      hint: 'pass `Authorization: Bearer bk_…`',
+    });
   }
   return request.principal;
 }

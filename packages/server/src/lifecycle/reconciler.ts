@@ -108,7 +108,11 @@ export class Reconciler {
       }
     }
     const acted =
-      report.expired.length + report.finished.length + report.markedError.length + report.orphansReaped.length + report.failures.length;
+      report.expired.length +
+      report.finished.length +
+      report.markedError.length +
+      report.orphansReaped.length +
+      report.failures.length;
     if (acted > 0) logger.info({ report }, 'reconcile pass acted');
     return report;
   }

@@ -11,15 +11,71 @@ describe('expiresAtFor', () => {
 
 describe('decideSandbox (fixed clock)', () => {
   test.each([
-    { name: 'running, not expired: observe, look again at expiry', state: 'running', expiresAt: at(1000), inFlight: false, action: 'observe', next: NOW + 1000 },
-    { name: 'running, expired exactly now', state: 'running', expiresAt: at(0), inFlight: false, action: 'expire', next: null },
-    { name: 'running, expired long ago', state: 'running', expiresAt: at(-3_600_000), inFlight: false, action: 'expire', next: null },
+    {
+      name: 'running, not expired: observe, look again at expiry',
+      state: 'running',
+      expiresAt: at(1000),
+      inFlight: false,
+      action: 'observe',
+      next: NOW + 1000,
+    },
+    {
+      name: 'running, expired exactly now',
+      state: 'running',
+      expiresAt: at(0),
+      inFlight: false,
+      action: 'expire',
+      next: null,
+    },
+    {
+      name: 'running, expired long ago',
+      state: 'running',
+      expiresAt: at(-3_600_000),
+      inFlight: false,
+      action: 'expire',
+      next: null,
+    },
     { name: 'error rows expire too', state: 'error', expiresAt: at(-1), inFlight: false, action: 'expire', next: null },
-    { name: 'error row without TTL: nothing', state: 'error', expiresAt: null, inFlight: false, action: 'none', next: null },
-    { name: 'no TTL: observe, no deadline', state: 'running', expiresAt: null, inFlight: false, action: 'observe', next: null },
-    { name: 'creating left by a crash', state: 'creating', expiresAt: at(1000), inFlight: false, action: 'finish-interrupted', next: null },
-    { name: 'deleting left by a failed delete', state: 'deleting', expiresAt: null, inFlight: false, action: 'finish-interrupted', next: null },
-    { name: 'creating in flight: leave it', state: 'creating', expiresAt: at(-1), inFlight: true, action: 'none', next: NOW },
+    {
+      name: 'error row without TTL: nothing',
+      state: 'error',
+      expiresAt: null,
+      inFlight: false,
+      action: 'none',
+      next: null,
+    },
+    {
+      name: 'no TTL: observe, no deadline',
+      state: 'running',
+      expiresAt: null,
+      inFlight: false,
+      action: 'observe',
+      next: null,
+    },
+    {
+      name: 'creating left by a crash',
+      state: 'creating',
+      expiresAt: at(1000),
+      inFlight: false,
+      action: 'finish-interrupted',
+      next: null,
+    },
+    {
+      name: 'deleting left by a failed delete',
+      state: 'deleting',
+      expiresAt: null,
+      inFlight: false,
+      action: 'finish-interrupted',
+      next: null,
+    },
+    {
+      name: 'creating in flight: leave it',
+      state: 'creating',
+      expiresAt: at(-1),
+      inFlight: true,
+      action: 'none',
+      next: NOW,
+    },
     { name: 'expired but busy: wait', state: 'running', expiresAt: at(-1), inFlight: true, action: 'none', next: NOW },
   ] as const)('$name', ({ state, expiresAt, inFlight, action, next }) => {
     const decision = decideSandbox(NOW, { id: 'sbx_x', state, expiresAt }, { inFlight });
@@ -32,5 +88,6 @@ describe('findOrphans', () => {
   test('host ids without a row, sorted', () => {
     expect(findOrphans(['sbx_c', 'sbx_a', 'sbx_b'], new Set(['sbx_b']))).toEqual(['sbx_a', 'sbx_c']);
   });
-  test('none when every host id has a row', () => expect(findOrphans(['sbx_a'], new Set(['sbx_a', 'sbx_z']))).toEqual([]));
+  test('none when every host id has a row', () =>
+    expect(findOrphans(['sbx_a'], new Set(['sbx_a', 'sbx_z']))).toEqual([]));
 });

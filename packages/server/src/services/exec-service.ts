@@ -1,5 +1,5 @@
 import type { ExecResult } from '@burrow/contract';
-import { EXEC_OUTPUT_CAP_BYTES, ErrorCode } from '@burrow/contract';
+import { ErrorCode, EXEC_OUTPUT_CAP_BYTES } from '@burrow/contract';
 import type { RuntimeDriver, SandboxProcess } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { SandboxRecord } from '../store/sandbox-store.js';

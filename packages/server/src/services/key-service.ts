@@ -49,9 +49,7 @@ function forbidden(what: string): ApiError {
 
 /** API keys: authentication, listing, creation and revocation. */
 export class KeyService {
-  constructor(
-    private readonly deps: { keys: KeyStore; clock: Clock; logger: Logger },
-  ) {}
+  constructor(private readonly deps: { keys: KeyStore; clock: Clock; logger: Logger }) {}
 
   /**
    * The principal whose secret is `secret`.

@@ -2,13 +2,13 @@ import type { Condition, Resources, Sandbox, SandboxList, SandboxState } from '@
 import { DEFAULT_RESOURCES, ErrorCode } from '@burrow/contract';
 import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
+import { expiresAtFor } from '../lifecycle/ttl-policy.js';
 import type { SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
 import { ApiError, sandboxNotFound } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import { decodeCursor, encodeCursor } from '../util/cursor.js';
 import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
-import { expiresAtFor } from '../lifecycle/ttl-policy.js';
 import type { HostCapacity } from './host-capacity.js';
 import type { Principal } from './key-service.js';
 import type { TemplateService } from './template-service.js';
@@ -116,19 +116,36 @@ export class SandboxService {
       const startedMs = this.deps.clock.nowMs();
       try {
         await this.deps.driver.create({ sandboxId: id, template: ref, resources, hostname: record.hostname });
-        const running = await this.deps.sandboxes.update(caller.tenantId, id, record.version, { state: 'running' }, isoNow(this.deps.clock));
+        const running = await this.deps.sandboxes.update(
+          caller.tenantId,
+          id,
+          record.version,
+          { state: 'running' },
+          isoNow(this.deps.clock),
+        );
         if (running === null) throw new Error('the sandbox row changed during create');
-        logger.info({ template: input.template, durationMs: this.deps.clock.nowMs() - startedMs, resources }, 'sandbox created');
+        logger.info(
+          { template: input.template, durationMs: this.deps.clock.nowMs() - startedMs, resources },
+          'sandbox created',
+        );
         return toSandbox(running);
       } catch (error) {
         logger.warn({ err: error }, 'sandbox create failed; removing what it left');
-        await this.deps.driver.delete(id).catch((e: unknown) => logger.error({ err: e }, 'cleanup after failed create failed; the reconciler retries'));
+        await this.deps.driver
+          .delete(id)
+          .catch((e: unknown) =>
+            logger.error({ err: e }, 'cleanup after failed create failed; the reconciler retries'),
+          );
         await this.deps.sandboxes.remove(caller.tenantId, id);
         if (error instanceof ApiError) throw error;
-        throw new ApiError(ErrorCode.runtimeError, `the runtime could not start the sandbox: ${(error as Error).message}`, {
-          hint: 'retry; if it keeps failing, the server log has the runtime output under this request id',
-          cause: error,
-        });
+        throw new ApiError(
+          ErrorCode.runtimeError,
+          `the runtime could not start the sandbox: ${(error as Error).message}`,
+          {
+            hint: 'retry; if it keeps failing, the server log has the runtime output under this request id',
+            cause: error,
+          },
+        );
       }
     });
   }
@@ -153,7 +170,8 @@ export class SandboxService {
     });
     const page = rows.slice(0, query.limit);
     const last = page.at(-1);
-    const nextCursor = rows.length > query.limit && last ? encodeCursor({ createdAt: last.createdAt, id: last.id }) : null;
+    const nextCursor =
+      rows.length > query.limit && last ? encodeCursor({ createdAt: last.createdAt, id: last.id }) : null;
     return { items: page.map(toSandbox), nextCursor };
   }
 
@@ -183,7 +201,13 @@ export class SandboxService {
     if (record.state !== 'running') return record;
     const observed = await this.deps.driver.observe(record.id);
     const at = isoNow(this.deps.clock);
-    const added: Condition[] = observed.events.map((e) => ({ type: e.type, status: 'true', reason: e.reason, message: e.message, at }));
+    const added: Condition[] = observed.events.map((e) => ({
+      type: e.type,
+      status: 'true',
+      reason: e.reason,
+      message: e.message,
+      at,
+    }));
     let state: SandboxState = record.state;
     if (observed.status !== 'running') {
       state = 'error';
@@ -200,7 +224,13 @@ export class SandboxService {
     }
     if (added.length === 0) return record;
     this.deps.logger.child({ sandboxId: record.id }).warn({ conditions: added, state }, 'sandbox observed change');
-    const updated = await this.deps.sandboxes.update(record.tenantId, record.id, record.version, { state, conditions: withConditions(record.conditions, added) }, at);
+    const updated = await this.deps.sandboxes.update(
+      record.tenantId,
+      record.id,
+      record.version,
+      { state, conditions: withConditions(record.conditions, added) },
+      at,
+    );
     return updated ?? record;
   }
 
@@ -219,8 +249,15 @@ export class SandboxService {
   async deleteUnderLock(record: SandboxRecord): Promise<void> {
     const logger = this.deps.logger.child({ sandboxId: record.id, tenantId: record.tenantId });
     if (record.state !== 'deleting') {
-      const updated = await this.deps.sandboxes.update(record.tenantId, record.id, record.version, { state: 'deleting' }, isoNow(this.deps.clock));
-      if (updated === null) throw new ApiError(ErrorCode.conflict, `sandbox ${record.id} changed meanwhile`, { hint: 'retry the delete' });
+      const updated = await this.deps.sandboxes.update(
+        record.tenantId,
+        record.id,
+        record.version,
+        { state: 'deleting' },
+        isoNow(this.deps.clock),
+      );
+      if (updated === null)
+        throw new ApiError(ErrorCode.conflict, `sandbox ${record.id} changed meanwhile`, { hint: 'retry the delete' });
     }
     try {
       await this.deps.driver.delete(record.id);
@@ -243,7 +280,8 @@ export class SandboxService {
         details: { field: what, requested: asked, max },
       });
     if (resources.cpuCount > capacity.cpuCount()) throw over('cpuCount', resources.cpuCount, capacity.cpuCount(), '');
-    if (resources.memoryMiB > capacity.memoryMiB()) throw over('memoryMiB', resources.memoryMiB, capacity.memoryMiB(), ' MiB');
+    if (resources.memoryMiB > capacity.memoryMiB())
+      throw over('memoryMiB', resources.memoryMiB, capacity.memoryMiB(), ' MiB');
     const freeDisk = await capacity.freeDiskMiB();
     if (resources.diskMiB > freeDisk) throw over('diskMiB', resources.diskMiB, freeDisk, ' MiB');
   }

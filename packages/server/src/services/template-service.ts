@@ -165,7 +165,12 @@ export class TemplateService {
           return toTemplate({ ...record, ...outcome });
         } catch (error) {
           const message = error instanceof Error ? error.message : String(error);
-          await this.deps.templates.finish(caller.tenantId, request.name, { state: 'error', id: '', sizeBytes: 0, error: message });
+          await this.deps.templates.finish(caller.tenantId, request.name, {
+            state: 'error',
+            id: '',
+            sizeBytes: 0,
+            error: message,
+          });
           logger.warn({ err: error }, 'template build failed');
           throw new ApiError(ErrorCode.templateBuildFailed, `template ${request.name} failed to build: ${message}`, {
             hint: 'check the package names and commands, then delete the failed template and build again',

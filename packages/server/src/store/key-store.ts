@@ -84,7 +84,12 @@ export class KeyStore {
 
   /** Whether any admin key row exists (revoked ones included: revoking the first admin key must not mint a new one). */
   async hasAdminKey(): Promise<boolean> {
-    const row = await this.db.selectFrom('api_keys').select('id').where('role', '=', 'admin').limit(1).executeTakeFirst();
+    const row = await this.db
+      .selectFrom('api_keys')
+      .select('id')
+      .where('role', '=', 'admin')
+      .limit(1)
+      .executeTakeFirst();
     return row !== undefined;
   }
 }

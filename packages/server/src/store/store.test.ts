@@ -51,7 +51,8 @@ describe.each(dialects)('store on %s', (_name, prepare) => {
     store = openStore(p.url);
     await store.migrate();
     await store.migrate();
-    for (const t of ['sandbox_labels', 'sandboxes', 'api_keys', 'templates'] as const) await store.db.deleteFrom(t).execute();
+    for (const t of ['sandbox_labels', 'sandboxes', 'api_keys', 'templates'] as const)
+      await store.db.deleteFrom(t).execute();
   });
   afterAll(async () => {
     await store?.close();
@@ -76,7 +77,8 @@ describe.each(dialects)('store on %s', (_name, prepare) => {
   test('keyset pages with equal timestamps neither skip nor repeat; label filters AND', async () => {
     const same = '2026-02-01T00:00:00.000Z';
     const ids = ['sbx_p3', 'sbx_p1', 'sbx_p2', 'sbx_p5', 'sbx_p4'];
-    for (const id of ids) await store.sandboxes.insert(record(id, 'tp', same, { g: 'x', n: id.endsWith('1') ? 'one' : 'other' }));
+    for (const id of ids)
+      await store.sandboxes.insert(record(id, 'tp', same, { g: 'x', n: id.endsWith('1') ? 'one' : 'other' }));
     await store.sandboxes.insert(record('sbx_other_tenant', 'tq', same, { g: 'x' }));
     const seen: string[] = [];
     let after: { createdAt: string; id: string } | null = null;
@@ -88,7 +90,13 @@ describe.each(dialects)('store on %s', (_name, prepare) => {
       after = last ? { createdAt: last.createdAt, id: last.id } : null;
     }
     expect(seen).toEqual([...ids].sort());
-    const one = await store.sandboxes.list('tp', { labels: [['g', 'x'], ['n', 'one']], limit: 10 });
+    const one = await store.sandboxes.list('tp', {
+      labels: [
+        ['g', 'x'],
+        ['n', 'one'],
+      ],
+      limit: 10,
+    });
     expect(one.map((r) => r.id)).toEqual(['sbx_p1']);
     expect(encodeCursor({ createdAt: same, id: 'x' })).toMatch(/^[A-Za-z0-9_-]+$/);
   });

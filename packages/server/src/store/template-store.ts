@@ -147,7 +147,11 @@ export class TemplateStore {
 
   /** Rows left `building` by a process that stopped mid-build. */
   async failInterruptedBuilds(message: string): Promise<void> {
-    await this.db.updateTable('templates').set({ state: 'error', error: message }).where('state', '=', 'building').execute();
+    await this.db
+      .updateTable('templates')
+      .set({ state: 'error', error: message })
+      .where('state', '=', 'building')
+      .execute();
   }
 }
 

@@ -6,10 +6,13 @@ describe('page cursor', () => {
     const c = { createdAt: '2026-11-29T08:00:00.000Z', id: 'sbx_0123456789abcdefghjk' };
     expect(decodeCursor(encodeCursor(c))).toEqual(c);
   });
-  test.each(['', 'not base64!', Buffer.from('{"a":1}').toString('base64url'), Buffer.from('["nope","x"]').toString('base64url'), Buffer.from('[1,2]').toString('base64url')])(
-    'rejects %j',
-    (text) => {
-      expect(decodeCursor(text)).toBeNull();
-    },
-  );
+  test.each([
+    '',
+    'not base64!',
+    Buffer.from('{"a":1}').toString('base64url'),
+    Buffer.from('["nope","x"]').toString('base64url'),
+    Buffer.from('[1,2]').toString('base64url'),
+  ])('rejects %j', (text) => {
+    expect(decodeCursor(text)).toBeNull();
+  });
 });
