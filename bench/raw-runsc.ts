@@ -47,7 +47,13 @@ export class RawRunsc {
     ]);
     const spec = {
       ociVersion: '1.0.0',
-      process: { terminal: false, user: { uid: 0, gid: 0 }, args: ['sleep', 'infinity'], env: ['PATH=/usr/bin:/bin'], cwd: '/' },
+      process: {
+        terminal: false,
+        user: { uid: 0, gid: 0 },
+        args: ['sleep', 'infinity'],
+        env: ['PATH=/usr/bin:/bin'],
+        cwd: '/',
+      },
       root: { path: join(dir, 'rootfs'), readonly: false },
       hostname: id,
       mounts: [

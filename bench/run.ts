@@ -6,7 +6,7 @@
  * Env: `BURROW_BENCH_TEMPLATES_DIR` (default /var/tmp/burrow-test-templates, shared with the tests).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtemp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { cpus, freemem, release, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -51,10 +51,16 @@ async function main(): Promise<void> {
   }
   const result = { date: new Date().toISOString(), quick, iterations, machine: machineInfo(), rows };
   const day = result.date.slice(0, 10);
-  await writeFile(join(repo, 'bench', 'results', `${day}${quick ? '-quick' : ''}.json`), `${JSON.stringify(result, null, 2)}\n`);
+  await writeFile(
+    join(repo, 'bench', 'results', `${day}${quick ? '-quick' : ''}.json`),
+    `${JSON.stringify(result, null, 2)}\n`,
+  );
   if (!quick) await writeFile(join(repo, 'docs', 'performance.md'), renderMarkdown(result));
   for (const r of rows) {
-    log(`${r.metric}: p50 ${r.ours.p50} ms, p95 ${r.ours.p95} ms, p99 ${r.ours.p99} ms` + (r.raw ? `; raw p50 ${r.raw.p50} ms, ratio ${r.ratio}` : ''));
+    log(
+      `${r.metric}: p50 ${r.ours.p50} ms, p95 ${r.ours.p95} ms, p99 ${r.ours.p99} ms` +
+        (r.raw ? `; raw p50 ${r.raw.p50} ms, ratio ${r.ratio}` : ''),
+    );
   }
 }
 
@@ -122,7 +128,12 @@ function machineInfo(): Record<string, string | number> {
   };
 }
 
-function renderMarkdown(result: { date: string; iterations: number; machine: Record<string, string | number>; rows: Row[] }): string {
+function renderMarkdown(result: {
+  date: string;
+  iterations: number;
+  machine: Record<string, string | number>;
+  rows: Row[];
+}): string {
   const m = result.machine;
   const lines = [
     '# Performance',

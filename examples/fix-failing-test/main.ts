@@ -25,7 +25,13 @@ async function step<T>(title: string, fn: () => Promise<T>): Promise<T> {
 }
 
 const sandbox = await step('create sandbox (template base)', () =>
-  Sandbox.create({ template: 'base', cpuCount: 1, memoryMiB: 512, timeoutMs: 600_000, labels: { example: 'fix-failing-test' } }),
+  Sandbox.create({
+    template: 'base',
+    cpuCount: 1,
+    memoryMiB: 512,
+    timeoutMs: 600_000,
+    labels: { example: 'fix-failing-test' },
+  }),
 );
 console.log(`  sandbox ${sandbox.id}`);
 try {
@@ -48,11 +54,15 @@ try {
     await sandbox.files.write(`${remoteDir}/pricing.py`, fixed);
   });
 
-  const second = await step('run tests again', () => sandbox.commands.run('python3 -m unittest -v', { cwd: remoteDir }));
+  const second = await step('run tests again', () =>
+    sandbox.commands.run('python3 -m unittest -v', { cwd: remoteDir }),
+  );
   console.log(indent(second.stderr));
   if (second.exitCode !== 0) throw new Error(`tests still fail after the fix (exit ${second.exitCode})`);
 
-  await step('write report in the sandbox', () => sandbox.commands.run(['python3', 'report.py'], { cwd: remoteDir, check: true }));
+  await step('write report in the sandbox', () =>
+    sandbox.commands.run(['python3', 'report.py'], { cwd: remoteDir, check: true }),
+  );
   const report = await step('download report', async () => {
     const bytes = await sandbox.files.read(`${remoteDir}/report.json`);
     await writeFile(reportPath, bytes);
