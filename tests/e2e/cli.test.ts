@@ -119,7 +119,16 @@ describe('burrow exec', () => {
 
   it('exits 124 with a message on timeout', async () => {
     const started = Date.now();
-    const result = await burrow(['exec', sandboxId, '--timeout', '1000', '--', 'sh', '-c', 'echo before; sleep 30']);
+    const result = await burrow([
+      'exec',
+      sandboxId,
+      '--timeout',
+      '1000',
+      '--',
+      'sh',
+      '-c',
+      'echo before; exec sleep 30',
+    ]);
     expect(result.code).toBe(124);
     expect(result.stdout).toBe('before\n');
     expect(result.stderr).toMatch(/timeout/);

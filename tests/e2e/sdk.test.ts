@@ -106,7 +106,7 @@ describe('commands.run', () => {
   it('throws CommandTimeoutError with the partial output, over HTTP and over the stream', async () => {
     for (const onStdout of [undefined, () => {}]) {
       const error = await sandbox.commands
-        .run('echo before; sleep 30', { timeoutMs: 1000, onStdout })
+        .run('echo before; exec sleep 30', { timeoutMs: 1000, onStdout })
         .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(CommandTimeoutError);
       expect((error as CommandTimeoutError).code).toBe('exec_timeout');
@@ -117,7 +117,7 @@ describe('commands.run', () => {
 
 describe('commands.stream', () => {
   it('yields typed frames, takes stdin and signals', async () => {
-    const stream = sandbox.commands.stream(['sh', '-c', 'read line; echo "got $line"; sleep 30']);
+    const stream = sandbox.commands.stream(['sh', '-c', 'read line; echo "got $line"; exec sleep 30']);
     stream.writeStdin('hello\n');
     const events = [];
     for await (const event of stream) {

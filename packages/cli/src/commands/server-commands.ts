@@ -3,33 +3,15 @@ import type { CliContext } from '../cli-context.js';
 import { parsePositiveInt } from '../key-value-parse.js';
 import { ProgressSpinner } from '../progress-spinner.js';
 
-/** Overrides the CLI passes to the server's `loadConfig`. */
-interface ConfigOverrides {
-  dataDir?: string;
-  host?: string;
-  port?: number;
-}
-
-/** A started server, as far as the CLI needs it. */
-interface RunningServer {
-  close(): Promise<void>;
-  url?: string;
-}
-
-/** The part of `@burrow/server` the CLI uses. */
-interface ServerModule {
-  loadConfig(env: Readonly<Record<string, string | undefined>>, overrides: ConfigOverrides): unknown;
-  startServer(config: unknown): Promise<RunningServer>;
-  setup(config: unknown, options: { onLog: (line: string) => void }): Promise<unknown>;
-}
+type ServerModule = typeof import('@burrow/server');
+type ConfigOverrides = import('@burrow/server').ConfigOverrides;
 
 /**
  * Loads `@burrow/server` only for `server` and `setup`, so that every other command starts without fastify,
  * SQLite and the runtime.
  */
 async function loadServerModule(): Promise<ServerModule> {
-  const specifier = '@burrow/server';
-  return (await import(specifier)) as ServerModule;
+  return import('@burrow/server');
 }
 
 /** Registers `burrow server` and `burrow setup`, the two commands that run the server in this process. */
@@ -50,7 +32,7 @@ export function registerServerCommands(
       if (options.host !== undefined) overrides.host = options.host;
       if (options.port !== undefined) overrides.port = parsePositiveInt(options.port, '--port');
       const running = await server.startServer(server.loadConfig(context.env, overrides));
-      context.stderr.write(`burrow server listening${running.url === undefined ? '' : ` on ${running.url}`}\n`);
+      context.stderr.write(`burrow server listening on ${running.url}\n`);
       await new Promise<void>((resolve) => {
         context.onShutdown(async () => {
           context.stderr.write('burrow server: shutting down\n');
