@@ -214,8 +214,11 @@ export class GvisorDriver implements RuntimeDriver {
       logFile: join(paths.logsDir, `exec-${tag}.log`),
       signal: options.signal,
     });
-    const state = await this.runsc.state(sandboxId);
-    if (state && state.pid > 0) await preferStubsForOomKill(state.pid);
+    // New guest processes may bring new stub processes; marking them is off the exec's critical path.
+    void this.runsc
+      .state(sandboxId)
+      .then((state) => (state && state.pid > 0 ? preferStubsForOomKill(state.pid) : undefined))
+      .catch(() => undefined);
     return process;
   }
 
@@ -334,9 +337,9 @@ export class GvisorDriver implements RuntimeDriver {
     return tail(lines.join('\n'), maxLines);
   }
 
-  /** Host pids limit: systrap needs about 2 host tasks per guest process, ptrace about 9, plus a base. */
+  /** Host pids limit: systrap needs about 2 host tasks per guest process, ptrace about 9; doubled for headroom under a fork bomb. */
   private pidsLimit(): number {
-    return (this.platform === 'systrap' ? 2 : 9) * this.maxProcesses + 64;
+    return (this.platform === 'systrap' ? 4 : 10) * this.maxProcesses + 128;
   }
 
   private memoryCgroup(sandboxId: string): string {

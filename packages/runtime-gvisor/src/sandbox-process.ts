@@ -38,6 +38,8 @@ export async function startSandboxProcess(input: StartProcessInput): Promise<San
   // Piping at once keeps the output: Node discards unread child output when the child exits.
   const stdout = new PassThrough();
   const stderr = new PassThrough();
+  // A process that exits without reading its stdin makes writes fail with EPIPE: that is not an error here.
+  child.stdin.on('error', () => undefined);
   child.stdout.pipe(stdout);
   child.stderr.pipe(stderr);
   const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
