@@ -10,9 +10,9 @@ interface BuildOptions extends GlobalOptions {
   json?: boolean;
 }
 
-/** Registers `burrow template build|ls`. */
+/** Registers `burrow template build|ls|rm`. */
 export function registerTemplateCommands(program: Command, context: CliContext): void {
-  const template = program.command('template').description('build and list templates');
+  const template = program.command('template').description('build, list and remove templates');
 
   template
     .command('build')
@@ -57,6 +57,18 @@ export function registerTemplateCommands(program: Command, context: CliContext):
           items.map((item) => [item.name, item.state, item.from ?? '-', formatBytes(item.sizeBytes), item.createdAt]),
         ),
       );
+    });
+
+  template
+    .command('rm')
+    .description('delete templates; prints each deleted name')
+    .argument('<name...>', 'template names')
+    .action(async (names: string[], _options: unknown, command: Command) => {
+      const client = new BurrowClient(connectionFor(context, command.optsWithGlobals<GlobalOptions>()));
+      for (const name of names) {
+        await client.templates.delete(name);
+        context.stdout.write(`${name}\n`);
+      }
     });
 }
 
