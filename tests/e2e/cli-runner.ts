@@ -17,6 +17,8 @@ export interface CliRunOptions {
   input?: string | Uint8Array;
   /** Kill the CLI after this many ms. @default 60_000 */
   timeoutMs?: number;
+  /** Send this signal to the CLI once its stdout shows `afterOutput`. */
+  interrupt?: { signal: NodeJS.Signals; afterOutput: string };
 }
 
 export function runCli(args: readonly string[], options: CliRunOptions = {}): Promise<CliRun> {
@@ -27,7 +29,15 @@ export function runCli(args: readonly string[], options: CliRunOptions = {}): Pr
     });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
-    child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
+    let interrupted = false;
+    child.stdout.on('data', (chunk: Buffer) => {
+      out.push(chunk);
+      const interrupt = options.interrupt;
+      if (interrupt !== undefined && !interrupted && Buffer.concat(out).includes(interrupt.afterOutput)) {
+        interrupted = true;
+        child.kill(interrupt.signal);
+      }
+    });
     child.stderr.on('data', (chunk: Buffer) => err.push(chunk));
     const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
     child.once('error', reject);

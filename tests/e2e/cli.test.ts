@@ -117,6 +117,15 @@ describe('burrow exec', () => {
     expect(result.code).toBe(0);
   });
 
+  it('forwards Ctrl-C (SIGINT) to the remote command and exits 130', async () => {
+    const started = Date.now();
+    const result = await burrow(['exec', sandboxId, '--', 'sh', '-c', 'echo ready; exec sleep 30'], {
+      interrupt: { signal: 'SIGINT', afterOutput: 'ready' },
+    });
+    expect(result.code).toBe(130);
+    expect(Date.now() - started).toBeLessThan(15_000);
+  });
+
   it('exits 124 with a message on timeout', async () => {
     const started = Date.now();
     const result = await burrow([
