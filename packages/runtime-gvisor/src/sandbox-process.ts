@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { readFile, rm } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
 import { PassThrough, type Writable } from 'node:stream';
@@ -10,6 +10,11 @@ import type { RunscCli } from './runsc-cli.js';
 
 /** How often to look for the in-sandbox pid file while a process starts, in ms. */
 const PID_POLL_MS = 3;
+/**
+ * How long output may keep flowing after the process itself exited, in ms. A background child that inherited
+ * stdout/stderr keeps the pipes open; after this grace the streams end, so a call never waits for such a child.
+ */
+export const OUTPUT_GRACE_AFTER_EXIT_MS = 500;
 
 /** Input of {@link startSandboxProcess}. */
 export interface StartProcessInput {
@@ -26,7 +31,8 @@ export interface StartProcessInput {
 
 /**
  * Start `argv` in the sandbox. Its output is buffered until read; `exited` resolves only once the caller has
- * read both output streams to their end. with `runsc exec` and resolve once it runs inside (its in-sandbox pid is known).
+ * read both output streams to their end (or, when a background child holds them open, {@link OUTPUT_GRACE_AFTER_EXIT_MS}
+ * after the process exited). Started with `runsc exec`; resolves once it runs inside (its in-sandbox pid is known).
  * A missing program resolves as a process that exited with 127, like a shell.
  * @throws RuntimeError when runsc cannot start the process (sandbox not running, bad cwd)
  */
@@ -42,9 +48,10 @@ export async function startSandboxProcess(input: StartProcessInput): Promise<San
   child.stdin.on('error', () => undefined);
   child.stdout.pipe(stdout);
   child.stderr.pipe(stderr);
+  // 'exit', not 'close': a background grandchild may hold the output pipes open long after the process ended.
   const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve, reject) => {
     child.on('error', reject);
-    child.on('close', (code, signal) => resolve({ code, signal }));
+    child.on('exit', (code, signal) => resolve({ code, signal }));
   });
   closed.catch(() => undefined);
   let done = false;
@@ -65,7 +72,7 @@ export async function startSandboxProcess(input: StartProcessInput): Promise<San
   const streamsEnded = Promise.all([finished(stdout), finished(stderr)]).catch(() => undefined);
   const exited = closed.then(
     async ({ code, signal }) => {
-      await streamsEnded;
+      await endOutputAfterGrace(child, [stdout, stderr], streamsEnded);
       const log = await readFile(input.logFile, 'utf8').catch(() => '');
       await rm(input.logFile, { force: true });
       await rm(input.pidFile, { force: true });
@@ -86,10 +93,20 @@ export async function startSandboxProcess(input: StartProcessInput): Promise<San
     }
   }
   const inSandboxPid = pid;
+  // gVisor starts every exec'd process as a session and process-group leader (pgid = pid, measured), so a
+  // signal to the group reaches the children a shell started too. runsc can only signal one pid, so the group
+  // signal is sent from inside by a second exec; `runsc kill --pid` covers a group that is already gone.
   const kill = async (signal: NodeJS.Signals): Promise<void> => {
     if (inSandboxPid === null || done) return;
     const number = osConstants.signals[signal];
-    await input.runsc.run(['kill', `--pid=${inSandboxPid}`, input.sandboxId, String(number)]);
+    const group = await input.runsc.run([
+      'exec',
+      input.sandboxId,
+      '/bin/sh',
+      '-c',
+      `kill -s ${signal.replace(/^SIG/, '')} -- -${inSandboxPid}`,
+    ]);
+    if (group.exitCode !== 0) await input.runsc.run(['kill', `--pid=${inSandboxPid}`, input.sandboxId, String(number)]);
   };
   if (input.signal) {
     const onAbort = (): void => {
@@ -106,6 +123,27 @@ export async function startSandboxProcess(input: StartProcessInput): Promise<San
     kill,
     exited,
   };
+}
+
+/** Wait for both output streams to end, at most {@link OUTPUT_GRACE_AFTER_EXIT_MS}; then end them ourselves. */
+async function endOutputAfterGrace(
+  child: ChildProcessWithoutNullStreams,
+  outputs: PassThrough[],
+  streamsEnded: Promise<unknown>,
+): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const grace = new Promise<'grace'>((resolve) => {
+    timer = setTimeout(() => resolve('grace'), OUTPUT_GRACE_AFTER_EXIT_MS);
+  });
+  const first = await Promise.race([streamsEnded.then(() => 'ended' as const), grace]);
+  clearTimeout(timer);
+  if (first === 'ended') return;
+  child.stdout.unpipe();
+  child.stderr.unpipe();
+  child.stdout.destroy();
+  child.stderr.destroy();
+  for (const out of outputs) out.end();
+  await streamsEnded;
 }
 
 async function readPid(path: string): Promise<number | null> {

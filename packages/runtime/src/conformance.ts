@@ -137,6 +137,35 @@ export function runDriverConformance(name: string, makeDriver: () => Promise<Con
       expect(ps.stdout.toString()).not.toContain('sleep 1000');
     });
 
+    it('kill() reaches the whole process group, so a shell and its children end together', async () => {
+      const process = await subject.driver.exec(shared, {
+        argv: ['sh', '-c', 'echo before; sleep 997; echo after'],
+        env: ENV,
+        cwd: '/',
+      });
+      const out: Buffer[] = [];
+      process.stdout.on('data', (c: Buffer) => out.push(c));
+      process.stderr.resume();
+      process.stdin.end();
+      await new Promise((r) => setTimeout(r, 500));
+      const started = Date.now();
+      await process.kill('SIGKILL');
+      expect(await process.exited).toMatchObject({ exitCode: null, signal: 'SIGKILL' });
+      expect(Date.now() - started).toBeLessThan(10_000);
+      expect(Buffer.concat(out).toString()).toBe('before\n');
+      const ps = await run(shared, ['ps', '-eo', 'args']);
+      expect(ps.stdout.toString()).not.toContain('sleep 997');
+    });
+
+    it('returns soon after the process exits even when a background child holds stdout open', async () => {
+      const started = Date.now();
+      const result = await run(shared, ['sh', '-c', 'sleep 996 & echo parent-done']);
+      expect(result).toMatchObject({ exitCode: 0, signal: null });
+      expect(result.stdout.toString()).toBe('parent-done\n');
+      expect(Date.now() - started).toBeLessThan(20_000);
+      await run(shared, ['sh', '-c', 'pkill -f "sleep 996" || true']);
+    });
+
     it('honours env and cwd', async () => {
       const result = await run(shared, ['sh', '-c', 'echo "$GREETING"; pwd'], {
         env: { ...ENV, GREETING: 'hello world' },

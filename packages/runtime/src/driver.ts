@@ -46,9 +46,15 @@ export interface SandboxProcess {
   readonly stdin: Writable;
   readonly stdout: Readable;
   readonly stderr: Readable;
-  /** Send a signal to the process inside the sandbox (not to a host helper). Resolves once delivered. */
+  /**
+   * Send a signal to the process's whole process group inside the sandbox (not to a host helper), so a shell and
+   * the children it started end together. Resolves once delivered.
+   */
   kill(signal: NodeJS.Signals): Promise<void>;
-  /** Resolves when the process has exited and both output streams have ended. */
+  /**
+   * Resolves when the process has exited and both output streams have ended. A background child that inherited
+   * the output keeps it open; drivers end the streams a short grace after the process itself exited.
+   */
   readonly exited: Promise<ProcessExit>;
 }
 
