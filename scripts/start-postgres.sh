@@ -2,10 +2,11 @@
 # Starts the local PostgreSQL 15 cluster and makes a role and database for Burrow's tests. Idempotent.
 # Prints the connection URL on stdout.
 set -euo pipefail
+exec 3>&1 1>&2   # only the URL goes to stdout
 pg_ctlcluster 15 main start 2>/dev/null || pg_ctlcluster 15 main status >/dev/null
 for _ in $(seq 1 30); do su postgres -c 'pg_isready -q' && break; sleep 0.5; done
 su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname='burrow'\"" | grep -q 1 ||
   su postgres -c "psql -qc \"CREATE ROLE burrow LOGIN PASSWORD 'burrow' CREATEDB\""
 su postgres -c "psql -qtAc \"SELECT 1 FROM pg_database WHERE datname='burrow_test'\"" | grep -q 1 ||
   su postgres -c "psql -qc \"CREATE DATABASE burrow_test OWNER burrow\""
-echo "postgres://burrow:burrow@127.0.0.1:5432/burrow_test"
+echo "postgres://burrow:burrow@127.0.0.1:5432/burrow_test" >&3
