@@ -45,6 +45,10 @@ export const ErrorCode = {
   noSpace: 'no_space',
   /** The command ran past its `timeoutMs` and was killed. */
   execTimeout: 'exec_timeout',
+  /** No background command with this id exists in the sandbox. */
+  commandNotFound: 'command_not_found',
+  /** The `user` of a command is not in the sandbox's `/etc/passwd`. */
+  userNotFound: 'user_not_found',
   /** The runtime failed (runsc error, host resource exhausted). */
   runtimeError: 'runtime_error',
   /** A conflicting operation is in progress on this resource. */
@@ -78,6 +82,8 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   invalid_path: 400,
   no_space: 507,
   exec_timeout: 408,
+  command_not_found: 404,
+  user_not_found: 400,
   runtime_error: 500,
   conflict: 409,
   internal_error: 500,

@@ -29,6 +29,15 @@ export const CommandSchema = z.union([
     .refine((a) => !a.includes('\0'), 'the command may not contain NUL bytes'),
 ]);
 
+/** Signals a client may send to a command's process group. */
+export const SignalNameSchema = z.enum(['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2']);
+export type SignalName = z.infer<typeof SignalNameSchema>;
+
+/** A user inside the sandbox: a name from its `/etc/passwd` or a numeric uid. */
+export const UserSchema = z
+  .string()
+  .regex(/^([a-z_][a-z0-9_-]{0,31}\$?|\d{1,10})$/, 'a user name (a-z, 0-9, _ and -) or a numeric uid');
+
 /** Body of `POST /v1/sandboxes/{id}/exec`, and of the `start` frame of the streaming form. */
 export const ExecRequestSchema = z
   .object({
@@ -37,7 +46,9 @@ export const ExecRequestSchema = z
     env: EnvSchema.default({}),
     /** Working directory. @default the sandbox's cwd */
     cwd: SandboxPathSchema.optional(),
-    /** Kill the command after this many ms (1 ms to 24 h). @default 60_000 (1 minute) */
+    /** User (name or uid) the command runs as. @default the sandbox's user (root) */
+    user: UserSchema.optional(),
+    /** Kill the command's process group after this many ms (1 ms to 24 h). @default 60_000 (1 minute) */
     timeoutMs: z.number().int().min(1).max(MAX_EXEC_TIMEOUT_MS).default(DEFAULT_EXEC_TIMEOUT_MS),
     /** Bytes for the command's stdin, base64; stdin is closed after them. @default empty */
     stdin: z.base64().max(14_000_000).optional(),
@@ -79,12 +90,14 @@ export const ExecChannel = { stdin: 0, stdout: 1, stderr: 2 } as const;
 export type ExecChannel = (typeof ExecChannel)[keyof typeof ExecChannel];
 
 export const ExecClientFrameSchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('start'), request: ExecRequestSchema }),
-  z.object({ type: z.literal('stdin_close') }),
   z.object({
-    type: z.literal('signal'),
-    signal: z.enum(['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2']),
+    type: z.literal('start'),
+    request: ExecRequestSchema,
+    /** Kill the command's process group when the socket closes before it exits. @default false (it runs on, to its timeout) */
+    killOnDisconnect: z.boolean().default(false),
   }),
+  z.object({ type: z.literal('stdin_close') }),
+  z.object({ type: z.literal('signal'), signal: SignalNameSchema }),
 ]);
 export type ExecClientFrame = z.infer<typeof ExecClientFrameSchema>;
 

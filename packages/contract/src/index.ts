@@ -1,3 +1,4 @@
+export * from './commands.js';
 export * from './common.js';
 export * from './errors.js';
 export * from './exec.js';

@@ -210,6 +210,7 @@ export class GvisorDriver implements RuntimeDriver {
       argv: options.argv,
       env: options.env,
       cwd: options.cwd,
+      user: options.user,
       pidFile: join(paths.logsDir, `exec-${tag}.pid`),
       logFile: join(paths.logsDir, `exec-${tag}.log`),
       signal: options.signal,

@@ -23,6 +23,7 @@ export interface StartProcessInput {
   argv: string[];
   env: Record<string, string>;
   cwd: string;
+  user?: { uid: number; gid: number } | undefined;
   /** Files for the in-sandbox pid and runsc's log of this exec (removed after exit). */
   pidFile: string;
   logFile: string;
@@ -39,6 +40,7 @@ export interface StartProcessInput {
 export async function startSandboxProcess(input: StartProcessInput): Promise<SandboxProcess> {
   const args = [...input.runsc.globalFlags([`--debug-log=${input.logFile}`]), 'exec', '--cwd', input.cwd];
   for (const [key, value] of Object.entries(input.env)) args.push('--env', `${key}=${value}`);
+  if (input.user !== undefined) args.push('--user', `${input.user.uid}:${input.user.gid}`);
   args.push('--internal-pid-file', input.pidFile, input.sandboxId, ...input.argv);
   const child = spawn(input.runsc.runscPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
   // Piping at once keeps the output: Node discards unread child output when the child exits.

@@ -31,6 +31,8 @@ export interface ExecOptions {
   env: Record<string, string>;
   /** Absolute working directory inside the sandbox. */
   cwd: string;
+  /** Numeric user and group the process runs as. @default the sandbox's (root, 0:0) */
+  user?: { uid: number; gid: number };
   signal?: AbortSignal;
 }
 

@@ -77,6 +77,23 @@ export class SandboxFs {
   }
 
   /**
+   * A read-only handle on a regular file (symlinks followed inside the root), for reads at offsets. The caller
+   * closes it. @throws FsError
+   */
+  async openFile(path: string): Promise<FileHandle> {
+    const handle = await this.withResolved(path, { followFinal: true }, async (r) => {
+      if (r.name === null) throw new FsError('is_a_directory', `${r.path} is a directory`);
+      return guard(r.path, () => open(at(r), fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK));
+    });
+    const st = await handle.stat();
+    if (!st.isFile()) {
+      await handle.close();
+      throw new FsError('invalid_path', `${path} is not a regular file`);
+    }
+    return handle;
+  }
+
+  /**
    * Write `data` to `path` atomically (a temporary file in the same directory, then rename), creating missing
    * parent directories. A final symlink is followed inside the root.
    * @param options.mode permission bits. @default 0o644

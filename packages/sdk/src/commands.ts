@@ -1,4 +1,12 @@
-import { type ExecRequest, ExecResultSchema } from '@burrow/contract';
+import {
+  type CommandInfo,
+  CommandInfoSchema,
+  CommandListSchema,
+  type ExecRequest,
+  ExecResultSchema,
+  type StartCommandRequest,
+} from '@burrow/contract';
+import { CommandHandle } from './command-handle.js';
 import {
   CommandExitError,
   type CommandResult,
@@ -7,7 +15,7 @@ import {
   resultFromWire,
 } from './command-result.js';
 import { BurrowError } from './errors.js';
-import { ExecStream } from './exec-stream.js';
+import { type ExecSignal, ExecStream } from './exec-stream.js';
 import type { HttpClient } from './http-client.js';
 
 /** Options of {@link Commands.run}. */
@@ -28,6 +36,25 @@ export interface RunCommandOptions {
   signal?: AbortSignal | undefined;
   /** Throw {@link CommandExitError} when the command exits non-zero or dies from a signal. @default false */
   check?: boolean | undefined;
+  /** User (name or uid) the command runs as. @default root */
+  user?: string | undefined;
+  /** Run in the background and return a {@link CommandHandle} at once. @default false */
+  background?: false | undefined;
+}
+
+/** Options of {@link Commands.run} with `background: true`. */
+export interface BackgroundCommandOptions {
+  background: true;
+  /** Added to the sandbox's environment for this command. */
+  env?: Record<string, string> | undefined;
+  /** Working directory (absolute). @default the sandbox's `cwd` */
+  cwd?: string | undefined;
+  /** User (name or uid) the command runs as. @default root */
+  user?: string | undefined;
+  /** Kill its process group after this many ms (`timedOut: true`). @default no limit */
+  timeoutMs?: number | undefined;
+  /** Run on a pseudo-terminal of this size. @default pipes */
+  pty?: { cols?: number; rows?: number; term?: string } | undefined;
 }
 
 /** Options of {@link Commands.stream}. */
@@ -42,6 +69,10 @@ export interface StreamCommandOptions {
   stdin?: string | Uint8Array | undefined;
   /** Aborting it closes the stream; iteration then throws `AbortedError`. */
   signal?: AbortSignal | undefined;
+  /** User (name or uid) the command runs as. @default root */
+  user?: string | undefined;
+  /** Kill the command when the stream closes before it exits. @default false (it runs on to its timeout) */
+  killOnDisconnect?: boolean | undefined;
 }
 
 /**
@@ -79,7 +110,79 @@ export class Commands {
    * await sandbox.commands.run(['pip', 'install', 'requests'], { timeoutMs: 300_000, onStdout: (s) => process.stdout.write(s) });
    * ```
    */
-  async run(cmd: string | string[], options: RunCommandOptions = {}): Promise<CommandResult> {
+  run(cmd: string | string[], options: BackgroundCommandOptions): Promise<CommandHandle>;
+  run(cmd: string | string[], options?: RunCommandOptions): Promise<CommandResult>;
+  async run(
+    cmd: string | string[],
+    options: RunCommandOptions | BackgroundCommandOptions = {},
+  ): Promise<CommandResult | CommandHandle> {
+    if (options.background === true) return this.#start(cmd, options);
+    return this.#runToEnd(cmd, options);
+  }
+
+  /**
+   * Background commands of the sandbox, running and recently exited (kept across pause/resume and server restarts).
+   * @example
+   * ```ts
+   * for (const c of await sandbox.commands.list()) console.log(c.commandId, c.pid, c.status, c.argv.join(' '));
+   * ```
+   */
+  async list(): Promise<CommandInfo[]> {
+    const list = await this.#http.json(CommandListSchema, 'GET', `${this.#base()}/commands`);
+    return list.commands;
+  }
+
+  /**
+   * A handle on a background command, to wait, kill, send input or read output from `offset` on.
+   * @throws `CommandNotFoundError`
+   * @example
+   * ```ts
+   * const handle = await sandbox.commands.connect(commandId, { offset: lastOffset });
+   * for await (const event of handle) if (event.type === 'stdout') process.stdout.write(event.data);
+   * ```
+   */
+  async connect(commandId: string, options: { offset?: number } = {}): Promise<CommandHandle> {
+    const info = await this.#http.json(
+      CommandInfoSchema,
+      'GET',
+      `${this.#base()}/commands/${encodeURIComponent(commandId)}`,
+    );
+    return new CommandHandle(this.#http, info, options.offset ?? 0);
+  }
+
+  /**
+   * Sends a signal (default SIGKILL) to a background command's whole process group.
+   * @throws `CommandNotFoundError`
+   */
+  async kill(commandId: string, signal: ExecSignal = 'SIGKILL'): Promise<CommandInfo> {
+    return this.#http.json(
+      CommandInfoSchema,
+      'POST',
+      `${this.#base()}/commands/${encodeURIComponent(commandId)}/kill`,
+      {
+        json: { signal },
+      },
+    );
+  }
+
+  #base(): string {
+    return `/sandboxes/${encodeURIComponent(this.#sandboxId)}`;
+  }
+
+  async #start(cmd: string | string[], options: BackgroundCommandOptions): Promise<CommandHandle> {
+    const request: StartCommandRequest = {
+      cmd,
+      ...(options.env === undefined ? {} : { env: options.env }),
+      ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
+      ...(options.user === undefined ? {} : { user: options.user }),
+      ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+      ...(options.pty === undefined ? {} : { pty: options.pty }),
+    };
+    const info = await this.#http.json(CommandInfoSchema, 'POST', `${this.#base()}/commands`, { json: request });
+    return new CommandHandle(this.#http, info);
+  }
+
+  async #runToEnd(cmd: string | string[], options: RunCommandOptions): Promise<CommandResult> {
     const streaming = options.onStdout !== undefined || options.onStderr !== undefined;
     const result = streaming ? await this.#runStreaming(cmd, options) : await this.#runOnce(cmd, options);
     if (result.timedOut) throw new CommandTimeoutError(result, options.timeoutMs);
@@ -107,6 +210,7 @@ export class Commands {
     return new ExecStream(this.#http, this.#sandboxId, execRequest(cmd, options), {
       stdin: options.stdin,
       signal: options.signal,
+      killOnDisconnect: options.killOnDisconnect,
     });
   }
 
@@ -166,10 +270,16 @@ export class Commands {
 
 function execRequest(
   cmd: string | string[],
-  options: { env?: Record<string, string> | undefined; cwd?: string | undefined; timeoutMs?: number | undefined },
+  options: {
+    env?: Record<string, string> | undefined;
+    cwd?: string | undefined;
+    timeoutMs?: number | undefined;
+    user?: string | undefined;
+  },
 ): ExecRequest {
   return {
     cmd,
+    ...(options.user === undefined ? {} : { user: options.user }),
     ...(options.env === undefined ? {} : { env: options.env }),
     ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
     ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
@@ -219,5 +329,83 @@ class StreamCollector {
     const bytes = concatBytes(this.#chunks);
     return { [name]: new TextDecoder().decode(bytes), [`${name}Bytes`]: bytes } as Record<K, string> &
       Record<`${K}Bytes`, Uint8Array>;
+  }
+}
+
+/** Options of {@link Pty.create}. */
+export interface CreatePtyOptions {
+  /** Columns. @default 80 */
+  cols?: number | undefined;
+  /** Rows. @default 24 */
+  rows?: number | undefined;
+  /** `TERM`. @default 'xterm-256color' */
+  term?: string | undefined;
+  /** Program to run. @default ['/bin/bash', '-l'] */
+  cmd?: string | string[] | undefined;
+  env?: Record<string, string> | undefined;
+  cwd?: string | undefined;
+  user?: string | undefined;
+}
+
+/**
+ * Interactive terminals in one sandbox: `sandbox.pty`. A PTY is a background command on a pseudo-terminal:
+ * iterate the handle for output, send input and resizes; it survives disconnects until its program exits.
+ *
+ * @example
+ * ```ts
+ * const term = await sandbox.pty.create({ cols: 120, rows: 40 });
+ * await sandbox.pty.sendInput(term.commandId, 'ls\n');
+ * await sandbox.pty.resize(term.commandId, { cols: 100, rows: 30 });
+ * ```
+ */
+export class Pty {
+  readonly #commands: Commands;
+  readonly #http: HttpClient;
+  readonly #sandboxId: string;
+
+  /** @internal Use `sandbox.pty`. */
+  constructor(http: HttpClient, sandboxId: string, commands: Commands) {
+    this.#http = http;
+    this.#sandboxId = sandboxId;
+    this.#commands = commands;
+  }
+
+  /** Starts a program (a login shell by default) on a new PTY. */
+  create(options: CreatePtyOptions = {}): Promise<CommandHandle> {
+    const pty = {
+      ...(options.cols === undefined ? {} : { cols: options.cols }),
+      ...(options.rows === undefined ? {} : { rows: options.rows }),
+      ...(options.term === undefined ? {} : { term: options.term }),
+    };
+    return this.#commands.run(options.cmd ?? ['/bin/bash', '-l'], {
+      background: true,
+      pty,
+      env: options.env,
+      cwd: options.cwd,
+      user: options.user,
+    });
+  }
+
+  /** Resizes a PTY; the program gets SIGWINCH. */
+  async resize(commandId: string, size: { cols: number; rows: number }): Promise<void> {
+    await this.#http.empty(
+      'POST',
+      `/sandboxes/${encodeURIComponent(this.#sandboxId)}/commands/${encodeURIComponent(commandId)}/resize`,
+      {
+        json: size,
+      },
+    );
+  }
+
+  /** Sends input (keystrokes) to a PTY. */
+  async sendInput(commandId: string, data: string | Uint8Array): Promise<void> {
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : Buffer.from(data);
+    await this.#http.empty(
+      'POST',
+      `/sandboxes/${encodeURIComponent(this.#sandboxId)}/commands/${encodeURIComponent(commandId)}/stdin`,
+      {
+        json: { data: bytes.toString('base64') },
+      },
+    );
   }
 }

@@ -100,6 +100,10 @@ export class FileSystemError extends BurrowError {}
 export class ConflictError extends BurrowError {}
 /** The server or its runtime failed (`runtime_error`, `internal_error`); the request id finds it in the server log. */
 export class ServerError extends BurrowError {}
+/** No background command with this id in the sandbox (`command_not_found`). */
+export class CommandNotFoundError extends BurrowError {}
+/** The command's `user` is not in the sandbox's `/etc/passwd` (`user_not_found`). */
+export class UserNotFoundError extends BurrowError {}
 /** The server could not be reached; `cause` holds the network error. */
 export class ConnectionError extends BurrowError {}
 /** The server's answer does not match the contract; usually an SDK and server version mismatch. */
@@ -131,6 +135,8 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   no_space: FileSystemError,
   // The exec paths turn exec_timeout into CommandTimeoutError with the partial result; elsewhere it is generic.
   exec_timeout: BurrowError,
+  command_not_found: CommandNotFoundError,
+  user_not_found: UserNotFoundError,
   runtime_error: ServerError,
   conflict: ConflictError,
   internal_error: ServerError,

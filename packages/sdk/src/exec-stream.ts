@@ -28,6 +28,8 @@ export interface ExecStreamOptions {
   stdin?: string | Uint8Array | undefined;
   /** Aborting it closes the stream; iteration then throws {@link AbortedError}. */
   signal?: AbortSignal | undefined;
+  /** Kill the command when the stream closes before it exits. @default false (it runs on to its timeout) */
+  killOnDisconnect?: boolean | undefined;
 }
 
 type StreamState = 'connecting' | 'started' | 'finished' | 'failed';
@@ -76,7 +78,13 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     }
     this.#socket = new WebSocket(url, { headers: http.authHeaders() });
     this.#socket.on('open', () =>
-      this.#send(JSON.stringify({ type: 'start', request } satisfies { type: 'start'; request: ExecRequest })),
+      this.#send(
+        JSON.stringify({ type: 'start', request, killOnDisconnect: options.killOnDisconnect ?? false } satisfies {
+          type: 'start';
+          request: ExecRequest;
+          killOnDisconnect: boolean;
+        }),
+      ),
     );
     this.#socket.on('message', (data, isBinary) => this.#onMessage(toBuffer(data), isBinary));
     this.#socket.on('unexpected-response', (req, res) => {

@@ -1,6 +1,7 @@
 export type {
   ApiKey,
   BuildTemplateRequest,
+  CommandInfo,
   CreateApiKeyRequest,
   CreateSandboxRequest,
   ExitInfo,
@@ -17,8 +18,16 @@ export {
   Keys,
   Templates,
 } from './burrow-client.js';
+export { type AttachOptions, AttachStream, type CommandEvent, CommandHandle } from './command-handle.js';
 export { CommandExitError, type CommandResult, CommandTimeoutError } from './command-result.js';
-export { Commands, type RunCommandOptions, type StreamCommandOptions } from './commands.js';
+export {
+  type BackgroundCommandOptions,
+  Commands,
+  type CreatePtyOptions,
+  Pty,
+  type RunCommandOptions,
+  type StreamCommandOptions,
+} from './commands.js';
 export { type ConnectionOptions, DEFAULT_API_URL } from './connection-config.js';
 export {
   AbortedError,
@@ -27,6 +36,7 @@ export {
   type BurrowErrorCode,
   type BurrowErrorInit,
   ClientErrorCode,
+  CommandNotFoundError,
   ConflictError,
   ConnectionError,
   FileNotFoundError,
@@ -41,6 +51,7 @@ export {
   ServerError,
   TemplateBuildError,
   TemplateNotFoundError,
+  UserNotFoundError,
 } from './errors.js';
 export { type ExecEvent, type ExecSignal, ExecStream, type ExecStreamOptions } from './exec-stream.js';
 export { Files, type ListFilesOptions, type RemoveFileOptions, type WriteFileOptions } from './files.js';

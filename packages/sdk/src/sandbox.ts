@@ -5,7 +5,7 @@ import {
   SandboxSchema,
   type SandboxState,
 } from '@burrow/contract';
-import { Commands } from './commands.js';
+import { Commands, Pty } from './commands.js';
 import { type ConnectionOptions, splitConnection } from './connection-config.js';
 import { Files } from './files.js';
 import { HttpClient } from './http-client.js';
@@ -58,6 +58,8 @@ export class Sandbox {
   readonly commands: Commands;
   /** Reads and writes the sandbox's files. */
   readonly files: Files;
+  /** Interactive terminals (PTYs) in the sandbox. */
+  readonly pty: Pty;
   readonly #http: HttpClient;
   #info: SandboxInfo;
 
@@ -67,6 +69,7 @@ export class Sandbox {
     this.id = info.id;
     this.commands = new Commands(http, info.id);
     this.files = new Files(http, info.id);
+    this.pty = new Pty(http, info.id, this.commands);
   }
 
   /** The sandbox record as last fetched (state, resources, labels, `expiresAt`, …). {@link Sandbox.refresh} updates it. */

@@ -4,6 +4,7 @@ import type { Template } from '@burrow/contract';
 import type { RuntimeDriver } from '@burrow/runtime';
 import { GvisorDriver, type GvisorPlatform } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
+import { CommandService } from './commands/command-service.js';
 import { buildApp } from './http/app.js';
 import type { ZodApp } from './http/zod-app.js';
 import { Reconciler } from './lifecycle/reconciler.js';
@@ -152,6 +153,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     templates,
     sandboxes,
     exec: new ExecService({ sandboxes, driver, mutex, clock, logger }),
+    commands: new CommandService({ sandboxes, driver, mutex, clock, logger }),
     files: new FileService({ sandboxes, driver, mutex }),
     driverName: driver.name,
   };

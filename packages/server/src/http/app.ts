@@ -11,6 +11,8 @@ import {
 } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import { registerCommandRoutes } from '../commands/command-routes.js';
+import { registerCommandStreamRoutes } from '../commands/command-stream-routes.js';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
 import { newId } from '../util/ids.js';
@@ -128,6 +130,8 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     async (scope) => {
       registerSandboxRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerExecStreamRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerCommandRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerCommandStreamRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerTemplateRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },

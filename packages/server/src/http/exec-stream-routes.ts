@@ -39,6 +39,8 @@ class ExecSession {
   private timedOut = false;
   private readonly abort = new AbortController();
   private timer: NodeJS.Timeout | null = null;
+  /** From the start frame: kill the process group when the socket closes before the command exits. */
+  private killOnDisconnect = false;
 
   constructor(
     private readonly socket: WebSocket,
@@ -51,9 +53,18 @@ class ExecSession {
       this.onMessage(data, isBinary).catch((error: unknown) => this.fail(error));
     });
     this.socket.on('close', () => {
-      this.abort.abort();
-      if (!this.finished && this.process !== null) this.process.kill('SIGKILL').catch(() => undefined);
-      this.clearTimer();
+      if (this.finished) return;
+      if (this.process === null || this.killOnDisconnect) {
+        // Still starting (the abort kills it once started), or the client asked for it.
+        this.abort.abort();
+        this.process?.kill('SIGKILL').catch(() => undefined);
+        this.clearTimer();
+        return;
+      }
+      // The command runs on to its exit or timeout; its output has nobody to go to and is drained.
+      this.process.stdin.end();
+      this.process.stdout.resume();
+      this.process.stderr.resume();
     });
     this.socket.on('error', (error) => this.request.log.warn({ err: error }, 'exec socket error'));
   }
@@ -78,6 +89,7 @@ class ExecSession {
     if (frame.type === 'start') {
       if (this.process !== null || this.starting) throw invalid('start was already sent');
       this.starting = true;
+      this.killOnDisconnect = frame.killOnDisconnect;
       await this.start(frame.request);
     } else if (this.process === null) {
       throw invalid('send the start frame first');
@@ -92,6 +104,7 @@ class ExecSession {
     cmd: string | string[];
     env: Record<string, string>;
     cwd?: string | undefined;
+    user?: string | undefined;
     timeoutMs: number;
     stdin?: string | undefined;
   }): Promise<void> {

@@ -1,7 +1,8 @@
 import type { ExecResult } from '@burrow/contract';
 import { ErrorCode, EXEC_OUTPUT_CAP_BYTES } from '@burrow/contract';
-import type { RuntimeDriver, SandboxProcess } from '@burrow/runtime';
+import { type RuntimeDriver, SandboxFs, type SandboxProcess } from '@burrow/runtime';
 import type { Logger } from 'pino';
+import { resolveUser } from '../commands/user-lookup.js';
 import type { SandboxRecord } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
 import type { Clock } from '../util/clock.js';
@@ -14,6 +15,8 @@ export interface ExecInput {
   cmd: string | string[];
   env: Record<string, string>;
   cwd?: string | undefined;
+  /** User name or uid inside the sandbox. */
+  user?: string | undefined;
   timeoutMs: number;
   /** base64 */
   stdin?: string | undefined;
@@ -82,11 +85,20 @@ export class ExecService {
           hint: sandbox.state === 'error' ? 'delete it and create a new one' : 'wait until it runs, then retry',
         });
       }
+      const user =
+        input.user === undefined
+          ? undefined
+          : await resolveUser(new SandboxFs(this.deps.driver.rootDir(id)), input.user);
       try {
         const process = await this.deps.driver.exec(id, {
           argv: toArgv(input.cmd),
-          env: { ...sandbox.env, ...input.env },
+          env: {
+            ...sandbox.env,
+            ...(user === undefined ? {} : { HOME: user.home, USER: user.name, LOGNAME: user.name }),
+            ...input.env,
+          },
           cwd: input.cwd ?? sandbox.cwd,
+          ...(user === undefined ? {} : { user: { uid: user.uid, gid: user.gid } }),
           ...(signal === undefined ? {} : { signal }),
         });
         return { process, sandbox, startedAtMs: this.deps.clock.nowMs() };
@@ -107,8 +119,8 @@ export class ExecService {
   }
 
   /**
-   * Run a command to completion: stdin written then closed, output kept up to the cap per stream, killed with
-   * SIGKILL after `timeoutMs`.
+   * Run a command to completion: stdin written then closed, output kept up to the cap per stream, its process
+   * group killed with SIGKILL after `timeoutMs` (reported as `timedOut: true`, signal SIGKILL, never an exit code).
    * @throws ApiError as {@link start}
    */
   async run(caller: Principal, id: string, input: ExecInput): Promise<ExecResult> {

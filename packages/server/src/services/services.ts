@@ -1,3 +1,4 @@
+import type { CommandService } from '../commands/command-service.js';
 import type { ExecService } from './exec-service.js';
 import type { FileService } from './file-service.js';
 import type { KeyService } from './key-service.js';
@@ -9,6 +10,7 @@ export interface Services {
   keys: KeyService;
   sandboxes: SandboxService;
   exec: ExecService;
+  commands: CommandService;
   files: FileService;
   templates: TemplateService;
   /** Name of the runtime driver, for `/v1/health`. */

@@ -1,0 +1,457 @@
+import { createHash } from 'node:crypto';
+import type { CommandInfo } from '@burrow/contract';
+import { ErrorCode } from '@burrow/contract';
+import { FsError, type RuntimeDriver, SandboxFs, type SandboxProcess } from '@burrow/runtime';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { toArgv } from '../services/exec-service.js';
+import { mapFsError } from '../services/file-service.js';
+import type { Principal } from '../services/key-service.js';
+import type { SandboxService } from '../services/sandbox-service.js';
+import type { SandboxRecord } from '../store/sandbox-store.js';
+import { ApiError } from '../util/api-error.js';
+import type { Clock } from '../util/clock.js';
+import { newId } from '../util/ids.js';
+import type { KeyedMutex } from '../util/keyed-mutex.js';
+import { logBounds } from './command-log-reader.js';
+import {
+  COMMANDS_DIR,
+  LOG_MAX_SEGMENTS,
+  LOG_SEGMENT_BYTES,
+  SUPERVISOR_PATH,
+  SUPERVISOR_SCRIPT,
+} from './supervisor-script.js';
+import { resolveUser } from './user-lookup.js';
+
+/** A background command request after contract defaults are applied. */
+export interface StartCommandInput {
+  cmd: string | string[];
+  env: Record<string, string>;
+  cwd?: string | undefined;
+  user?: string | undefined;
+  timeoutMs?: number | undefined;
+  pty?: { cols: number; rows: number; term: string } | undefined;
+}
+
+/** Control record kinds of the supervisor's `ctl` FIFO. */
+export const ControlKind = { stdin: 0, stdinClose: 1, resize: 2 } as const;
+
+/** Exited commands a sandbox keeps (with their logs); older ones are removed when a new one starts. */
+const KEEP_EXITED_COMMANDS = 64;
+/** How often {@link CommandService.wait} looks for the exit file, ms. */
+const WAIT_POLL_MS = 20;
+/** PATH of the supervisor's own process. */
+const SUPERVISOR_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+const SUPERVISOR_SHA = createHash('sha256').update(SUPERVISOR_SCRIPT).digest('hex');
+
+// The files are written inside the sandbox, so they are parsed as untrusted input.
+const SpecFileSchema = z.object({
+  argv: z.array(z.string()),
+  pty: z.object({ cols: z.number(), rows: z.number() }).nullable(),
+  createdAtMs: z.number(),
+});
+const StateFileSchema = z.object({
+  pid: z.number().int().min(2),
+  startedAtMs: z.number(),
+  supervisorPid: z.number().int().min(2).optional(),
+});
+const ExitFileSchema = z.object({
+  exitCode: z.number().int().min(0).max(255).nullable(),
+  signal: z.string().max(32).nullable(),
+  timedOut: z.boolean(),
+  endedAtMs: z.number(),
+});
+type SpecFile = z.infer<typeof SpecFileSchema>;
+type StateFile = z.infer<typeof StateFileSchema>;
+type ExitFile = z.infer<typeof ExitFileSchema>;
+
+/** Sandbox path of one command's directory. */
+export function commandDir(commandId: string): string {
+  return `${COMMANDS_DIR}/${commandId}`;
+}
+
+/** A running sandbox's file view, for the routes that read a command's files. */
+export interface CommandView {
+  sandbox: SandboxRecord;
+  fs: SandboxFs;
+}
+
+/**
+ * Background commands: each runs under an in-sandbox supervisor that keeps its output in a bounded ring of log
+ * segments and its state in files in the sandbox's own filesystem (`/.burrow/commands/<id>/`, on the sandbox's
+ * disk under its data dir). So the registry and the output survive a server restart and a pause/resume, and go
+ * away with the sandbox. The server only reads those files (through {@link SandboxFs}) and starts helper execs.
+ */
+export class CommandService {
+  /** One `ctl` writer per command, shared by every client that sends input. Key: `sandboxId/commandId`. */
+  private readonly controls = new Map<string, Promise<SandboxProcess>>();
+
+  constructor(
+    private readonly deps: {
+      sandboxes: SandboxService;
+      driver: RuntimeDriver;
+      mutex: KeyedMutex;
+      clock: Clock;
+      logger: Logger;
+    },
+  ) {}
+
+  /**
+   * The file view of a running sandbox.
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`
+   */
+  async view(caller: Principal, id: string): Promise<CommandView> {
+    return this.deps.mutex.run(id, async () => {
+      const sandbox = await this.deps.sandboxes.require(caller.tenantId, id);
+      if (sandbox.state !== 'running') {
+        throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
+          hint: sandbox.state === 'error' ? 'delete it and create a new one' : 'resume or start it, then retry',
+        });
+      }
+      return { sandbox, fs: new SandboxFs(this.deps.driver.rootDir(id)) };
+    });
+  }
+
+  /**
+   * Start a background command; resolves once it runs (its pid is known).
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `user_not_found`, `runtime_error` (no python3 in
+   *   the sandbox, or the supervisor could not start)
+   */
+  async start(caller: Principal, id: string, input: StartCommandInput): Promise<CommandInfo> {
+    const { sandbox, fs } = await this.view(caller, id);
+    const commandId = newId('cmd');
+    const dir = commandDir(commandId);
+    const user = input.user === undefined ? undefined : await resolveUser(fs, input.user);
+    const env: Record<string, string> = {
+      ...sandbox.env,
+      ...(user === undefined ? {} : { HOME: user.home, USER: user.name, LOGNAME: user.name }),
+      ...(input.pty === undefined ? {} : { TERM: input.pty.term }),
+      ...input.env,
+    };
+    const argv = toArgv(input.cmd);
+    try {
+      await this.installSupervisor(fs);
+      await this.pruneExited(fs);
+      const spec = {
+        argv,
+        env,
+        cwd: input.cwd ?? sandbox.cwd,
+        user: user === undefined ? null : { name: user.name, uid: user.uid, gid: user.gid },
+        timeoutMs: input.timeoutMs ?? null,
+        pty: input.pty === undefined ? null : { cols: input.pty.cols, rows: input.pty.rows },
+        segmentBytes: LOG_SEGMENT_BYTES,
+        maxSegments: LOG_MAX_SEGMENTS,
+        createdAtMs: this.deps.clock.nowMs(),
+      };
+      await fs.write(`${dir}/spec.json`, Buffer.from(JSON.stringify(spec)), { mode: 0o600 });
+    } catch (error) {
+      throw mapFsError(error);
+    }
+    const launcher = await this.helperExec(id, ['python3', SUPERVISOR_PATH, 'start', dir]);
+    if (launcher.exitCode !== 0) {
+      const noPython = launcher.exitCode === 127;
+      throw new ApiError(
+        ErrorCode.runtimeError,
+        noPython
+          ? 'background commands need python3 in the sandbox, and it has none'
+          : `the command supervisor did not start: ${launcher.stderr.slice(0, 500)}`,
+        { hint: noPython ? 'use a template with python3 (the base template has it)' : 'check the sandbox runs' },
+      );
+    }
+    this.deps.logger.debug({ sandboxId: id, commandId }, 'background command started');
+    return this.info(fs, id, commandId);
+  }
+
+  /**
+   * Every background command of the sandbox, oldest first, with exited ones it still keeps.
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`
+   */
+  async list(caller: Principal, id: string): Promise<CommandInfo[]> {
+    const { fs } = await this.view(caller, id);
+    const entries = await fs.list(COMMANDS_DIR).catch((error: unknown) => {
+      if (error instanceof FsError && error.code === 'file_not_found') return [];
+      throw mapFsError(error);
+    });
+    const ids = entries
+      .filter((e) => e.type === 'directory')
+      .map((e) => e.path.slice(e.path.lastIndexOf('/') + 1))
+      .filter((name) => /^cmd_[0-9a-z]{20}$/.test(name));
+    const infos: CommandInfo[] = [];
+    for (const commandId of ids) {
+      const info = await this.info(fs, id, commandId).catch(() => null);
+      if (info !== null) infos.push(info);
+    }
+    await this.markLost(id, fs, infos);
+    return infos.sort((a, b) => a.startedAt.localeCompare(b.startedAt) || a.commandId.localeCompare(b.commandId));
+  }
+
+  /**
+   * One command.
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `command_not_found`
+   */
+  async get(caller: Principal, id: string, commandId: string): Promise<CommandInfo> {
+    const { fs } = await this.view(caller, id);
+    const info = await this.info(fs, id, commandId);
+    await this.markLost(id, fs, [info]);
+    return info;
+  }
+
+  /**
+   * Wait up to `timeoutMs` for the command to end; answers with its info either way (`status` tells).
+   * @throws ApiError as {@link get}
+   */
+  async wait(
+    caller: Principal,
+    id: string,
+    commandId: string,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<CommandInfo> {
+    const { fs } = await this.view(caller, id);
+    const deadline = this.deps.clock.nowMs() + timeoutMs;
+    let info = await this.info(fs, id, commandId);
+    await this.markLost(id, fs, [info]);
+    while (info.status === 'running' && this.deps.clock.nowMs() < deadline && !signal?.aborted) {
+      await new Promise((resolve) => setTimeout(resolve, WAIT_POLL_MS));
+      const exit = await readJson(fs, `${commandDir(commandId)}/exit.json`, ExitFileSchema).catch(() => null);
+      if (exit !== null) info = await this.info(fs, id, commandId);
+    }
+    return info;
+  }
+
+  /**
+   * Send `signal` to the command's whole process group (it leads its own session). No-op once it ended.
+   * @throws ApiError as {@link get}, `runtime_error` when the signal could not be sent
+   */
+  async kill(caller: Principal, id: string, commandId: string, signal: NodeJS.Signals): Promise<CommandInfo> {
+    const { fs } = await this.view(caller, id);
+    const info = await this.info(fs, id, commandId);
+    if (info.status !== 'running') return info;
+    const result = await this.helperExec(id, ['/bin/sh', '-c', `kill -s ${signal.slice(3)} -- -${info.pid}`]);
+    if (result.exitCode !== 0 && (await this.info(fs, id, commandId)).status === 'running') {
+      throw new ApiError(
+        ErrorCode.runtimeError,
+        `could not signal command ${commandId}: ${result.stderr.slice(0, 300)}`,
+        {
+          hint: 'list the commands to see whether it still runs',
+        },
+      );
+    }
+    return this.info(fs, id, commandId);
+  }
+
+  /**
+   * Send a control record (stdin bytes, stdin close, PTY resize) to a running command's supervisor.
+   * @throws ApiError as {@link get}; `conflict` when the command already ended
+   */
+  async control(caller: Principal, id: string, commandId: string, kind: number, payload: Buffer): Promise<void> {
+    const { fs } = await this.view(caller, id);
+    const info = await this.info(fs, id, commandId);
+    if (info.status !== 'running') {
+      throw new ApiError(ErrorCode.conflict, `command ${commandId} is ${info.status}`, {
+        hint: 'input goes only to a running command',
+      });
+    }
+    const writer = await this.controlWriter(id, commandId);
+    for (let at = 0; at === 0 || at < payload.length; at += 65_536) {
+      const body = payload.subarray(at, at + 65_536);
+      const header = Buffer.alloc(5);
+      header.writeUInt8(kind, 0);
+      header.writeUInt32BE(body.length, 1);
+      if (!writer.stdin.write(Buffer.concat([header, body]))) {
+        await new Promise((resolve) => writer.stdin.once('drain', resolve));
+      }
+    }
+  }
+
+  /** Info of one command from its files. @throws ApiError `command_not_found` */
+  async info(fs: SandboxFs, sandboxId: string, commandId: string): Promise<CommandInfo> {
+    const dir = commandDir(commandId);
+    const spec = await readJson(fs, `${dir}/spec.json`, SpecFileSchema).catch(() => null);
+    if (spec === null) throw commandNotFound(commandId);
+    const state: StateFile | null = await readJson(fs, `${dir}/state.json`, StateFileSchema).catch(() => null);
+    const exit: ExitFile | null = await readJson(fs, `${dir}/exit.json`, ExitFileSchema).catch(() => null);
+    const bounds = await logBounds(fs, `${dir}/log`).catch(() => ({ firstOffset: 0, endOffset: 0 }));
+    return toInfo(sandboxId, commandId, spec, state, exit, bounds);
+  }
+
+  /** Close the input writers of commands that ended (called by attach streams when they see the exit). */
+  releaseControl(sandboxId: string, commandId: string): void {
+    const key = `${sandboxId}/${commandId}`;
+    const writer = this.controls.get(key);
+    this.controls.delete(key);
+    void writer?.then((p) => p.stdin.end()).catch(() => undefined);
+  }
+
+  private controlWriter(sandboxId: string, commandId: string): Promise<SandboxProcess> {
+    const key = `${sandboxId}/${commandId}`;
+    let writer = this.controls.get(key);
+    if (writer === undefined) {
+      writer = this.deps.driver.exec(sandboxId, {
+        argv: ['python3', SUPERVISOR_PATH, 'ctl', commandDir(commandId)],
+        env: SUPERVISOR_ENV,
+        cwd: '/',
+      });
+      this.controls.set(key, writer);
+      writer.then(
+        (p) => {
+          p.stdout.resume();
+          p.stderr.resume();
+          p.stdin.on('error', () => undefined);
+          void p.exited.finally(() => {
+            if (this.controls.get(key) === writer) this.controls.delete(key);
+          });
+        },
+        () => this.controls.delete(key),
+      );
+    }
+    return writer;
+  }
+
+  /** Commands without an exit file whose supervisor is gone (a stop/start ended them) become `lost`. */
+  private async markLost(sandboxId: string, fs: SandboxFs, infos: CommandInfo[]): Promise<void> {
+    const open = infos.filter((i) => i.status === 'running');
+    if (open.length === 0) return;
+    const checks: string[] = [];
+    for (const info of open) {
+      const state = await readJson(fs, `${commandDir(info.commandId)}/state.json`, StateFileSchema).catch(() => null);
+      if (state?.supervisorPid === undefined) continue;
+      checks.push(`grep -qas ${info.commandId} /proc/${state.supervisorPid}/cmdline && echo ${info.commandId}`);
+    }
+    if (checks.length === 0) return;
+    const result = await this.helperExec(sandboxId, ['/bin/sh', '-c', `${checks.join('; ')}; true`]);
+    if (result.exitCode !== 0) return;
+    const alive = new Set(result.stdout.split('\n'));
+    for (const info of open) {
+      if (alive.has(info.commandId)) continue;
+      // The exit file may have appeared since it was read.
+      const exit = await readJson(fs, `${commandDir(info.commandId)}/exit.json`, ExitFileSchema).catch(() => null);
+      if (exit !== null) Object.assign(info, { status: 'exited', ...exitFields(exit) });
+      else info.status = 'lost';
+    }
+  }
+
+  private async installSupervisor(fs: SandboxFs): Promise<void> {
+    const current = await readBytes(fs, SUPERVISOR_PATH).catch(() => null);
+    if (current !== null && createHash('sha256').update(current).digest('hex') === SUPERVISOR_SHA) return;
+    await fs.write(SUPERVISOR_PATH, Buffer.from(SUPERVISOR_SCRIPT), { mode: 0o755 });
+  }
+
+  /** Remove the oldest exited commands beyond {@link KEEP_EXITED_COMMANDS}. */
+  private async pruneExited(fs: SandboxFs): Promise<void> {
+    const entries = await fs.list(COMMANDS_DIR).catch(() => []);
+    const exited: Array<{ path: string; endedAtMs: number }> = [];
+    for (const entry of entries) {
+      if (entry.type !== 'directory') continue;
+      const exit = await readJson(fs, `${entry.path}/exit.json`, ExitFileSchema).catch(() => null);
+      if (exit !== null) exited.push({ path: entry.path, endedAtMs: exit.endedAtMs });
+    }
+    exited.sort((a, b) => a.endedAtMs - b.endedAtMs);
+    for (const old of exited.slice(0, Math.max(0, exited.length - KEEP_EXITED_COMMANDS + 1))) {
+      await fs.remove(old.path, { recursive: true }).catch(() => undefined);
+    }
+  }
+
+  /** Run a short helper in the sandbox and collect its output. */
+  private async helperExec(
+    sandboxId: string,
+    argv: string[],
+  ): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
+    try {
+      const proc = await this.deps.driver.exec(sandboxId, { argv, env: SUPERVISOR_ENV, cwd: '/' });
+      proc.stdin.end();
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      proc.stdout.on('data', (c: Buffer) => out.push(c));
+      proc.stderr.on('data', (c: Buffer) => err.push(c));
+      const exit = await proc.exited;
+      return {
+        exitCode: exit.exitCode,
+        stdout: Buffer.concat(out).toString('utf8'),
+        stderr: Buffer.concat(err).toString('utf8'),
+      };
+    } catch (error) {
+      throw new ApiError(
+        ErrorCode.runtimeError,
+        `could not run a helper in sandbox ${sandboxId}: ${(error as Error).message}`,
+        {
+          hint: 'check that the sandbox runs',
+          cause: error,
+        },
+      );
+    }
+  }
+}
+
+/** Read a command's exit file, or null while it runs. */
+export async function readExit(
+  fs: SandboxFs,
+  commandId: string,
+): Promise<{ exitCode: number | null; signal: string | null; timedOut: boolean } | null> {
+  const exit = await readJson(fs, `${commandDir(commandId)}/exit.json`, ExitFileSchema).catch(() => null);
+  return exit === null ? null : exitFields(exit);
+}
+
+function exitFields(exit: ExitFile): {
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  endedAt: string;
+} {
+  return {
+    exitCode: exit.exitCode,
+    signal: exit.signal,
+    timedOut: exit.timedOut,
+    endedAt: new Date(exit.endedAtMs).toISOString(),
+  };
+}
+
+function toInfo(
+  sandboxId: string,
+  commandId: string,
+  spec: SpecFile,
+  state: StateFile | null,
+  exit: ExitFile | null,
+  bounds: { firstOffset: number; endOffset: number },
+): CommandInfo {
+  const base = {
+    commandId,
+    sandboxId,
+    pid: state?.pid ?? 0,
+    argv: spec.argv,
+    pty: spec.pty !== null,
+    startedAt: new Date(state?.startedAtMs ?? spec.createdAtMs).toISOString(),
+    ...bounds,
+  };
+  if (exit !== null) return { ...base, status: 'exited', ...exitFields(exit) };
+  return {
+    ...base,
+    status: state === null ? 'lost' : 'running',
+    exitCode: null,
+    signal: null,
+    timedOut: false,
+    endedAt: null,
+  };
+}
+
+function commandNotFound(commandId: string): ApiError {
+  return new ApiError(ErrorCode.commandNotFound, `no command ${commandId} in this sandbox`, {
+    hint: 'list the commands with GET /v1/sandboxes/{id}/commands (`burrow ps ID`)',
+  });
+}
+
+async function readBytes(fs: SandboxFs, path: string, maxBytes = 1024 * 1024): Promise<Buffer> {
+  const handle = await fs.openFile(path);
+  try {
+    const size = Math.min((await handle.stat()).size, maxBytes);
+    const buffer = Buffer.alloc(size);
+    const { bytesRead } = await handle.read(buffer, 0, size, 0);
+    return buffer.subarray(0, bytesRead);
+  } finally {
+    await handle.close();
+  }
+}
+
+async function readJson<T>(fs: SandboxFs, path: string, schema: z.ZodType<T>): Promise<T> {
+  return schema.parse(JSON.parse((await readBytes(fs, path)).toString('utf8')));
+}
