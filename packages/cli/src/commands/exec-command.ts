@@ -9,6 +9,9 @@ interface ExecOptions extends GlobalOptions {
   timeout?: string;
   env?: string[];
   cwd?: string;
+  user?: string;
+  interactive?: boolean;
+  tty?: boolean;
 }
 
 /** What `burrow exec` runs: argv as given, or one argument with spaces through `/bin/sh -c`. */
@@ -29,12 +32,29 @@ export function registerExecCommand(program: Command, context: CliContext & { ex
     .option('--timeout <ms>', 'kill the command after this many ms (default: 60000)')
     .option('--env <K=V>', 'environment variable (repeatable)', collect)
     .option('--cwd <dir>', 'working directory (default: the sandbox cwd)')
+    .option('--user <name|uid>', 'user the command runs as (default: root)')
+    .option('-i, --interactive', 'with -t: forward this terminal to the command')
+    .option('-t, --tty', 'run the command on a PTY sized like this terminal (use -it for a shell)')
     .action(async (id: string, args: string[], _options: unknown, command: Command) => {
       const options = command.optsWithGlobals<ExecOptions>();
       const timeoutMs = options.timeout === undefined ? undefined : parsePositiveInt(options.timeout, '--timeout');
       const env = keyValueRecord(options.env, 'env');
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
-      const stream = sandbox.commands.stream(commandFromArgs(args), { env, cwd: options.cwd, timeoutMs });
+      if (options.tty === true) {
+        context.exitCode = await runOnPty(sandbox, commandFromArgs(args), context, {
+          env,
+          cwd: options.cwd,
+          user: options.user,
+          timeoutMs,
+        });
+        return;
+      }
+      const stream = sandbox.commands.stream(commandFromArgs(args), {
+        env,
+        cwd: options.cwd,
+        timeoutMs,
+        user: options.user,
+      });
 
       const stdin = context.stdin;
       const onData = (chunk: Buffer) => stream.writeStdin(chunk);
@@ -82,4 +102,54 @@ export function registerExecCommand(program: Command, context: CliContext & { ex
 
 async function write(stream: NodeJS.WritableStream, data: Uint8Array): Promise<void> {
   if (!stream.write(data)) await once(stream, 'drain');
+}
+
+/**
+ * `exec -it`: the command runs as a background command on a PTY sized like this terminal; this terminal goes raw
+ * and is forwarded (input, resizes). Returns the exit code to exit with. Losing the connection leaves the program
+ * running (`burrow ps` / `burrow logs` find it).
+ */
+async function runOnPty(
+  sandbox: Sandbox,
+  cmd: string | string[],
+  context: CliContext,
+  options: {
+    env: Record<string, string>;
+    cwd?: string | undefined;
+    user?: string | undefined;
+    timeoutMs?: number | undefined;
+  },
+): Promise<number> {
+  const out = context.stdout as NodeJS.WriteStream;
+  const size = () => ({ cols: out.columns ?? 80, rows: out.rows ?? 24 });
+  const handle = await sandbox.commands.run(cmd, {
+    background: true,
+    pty: { ...size(), term: process.env.TERM ?? 'xterm-256color' },
+    env: options.env,
+    cwd: options.cwd,
+    user: options.user,
+    timeoutMs: options.timeoutMs,
+  });
+  const stream = handle.output();
+  const stdin = context.stdin as NodeJS.ReadStream;
+  const raw = stdin.isTTY === true && typeof stdin.setRawMode === 'function';
+  if (raw) stdin.setRawMode(true);
+  const onData = (chunk: Buffer) => stream.writeStdin(chunk);
+  const onResize = () => stream.resize(size());
+  stdin.on('data', onData);
+  stdin.resume();
+  out.on('resize', onResize);
+  try {
+    for await (const event of stream) {
+      if (event.type === 'stdout' || event.type === 'stderr') await write(context.stdout, event.data);
+      else if (event.type === 'exit') return exitCodeForExit(event);
+    }
+    return 1;
+  } finally {
+    out.off('resize', onResize);
+    stdin.off('data', onData);
+    if (raw) stdin.setRawMode(false);
+    stdin.pause();
+    if (stdin.isTTY !== true) stdin.destroy();
+  }
 }

@@ -1,0 +1,94 @@
+/**
+ * End to end: `burrow exec -it ID -- bash` in a real terminal (tmux), and `ps` / `logs --follow` / `kill` on
+ * background commands, against a REAL server and sandbox.
+ */
+import { execFileSync } from 'node:child_process';
+import { Sandbox } from '@burrow/sdk';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from './burrow-test-server.js';
+import { CLI_BIN, runCli } from './cli-runner.js';
+
+const RUN_ID = `term-${Date.now().toString(36)}`;
+const TMUX_SOCKET = `burrow-${RUN_ID}`;
+let server: TestServer;
+let sandbox: Sandbox;
+let env: Record<string, string>;
+
+const tmux = (...args: string[]) => execFileSync('tmux', ['-L', TMUX_SOCKET, ...args], { encoding: 'utf8' });
+const screen = () => tmux('capture-pane', '-p', '-t', 'burrow');
+
+async function waitFor(check: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; screen:\n${screen()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+beforeAll(async () => {
+  server = await startTestServer();
+  sandbox = await Sandbox.create({ apiUrl: server.apiUrl, apiKey: server.adminKey, labels: { e2e: RUN_ID } });
+  env = { BURROW_URL: server.apiUrl, BURROW_API_KEY: server.adminKey };
+});
+
+afterAll(async () => {
+  try {
+    execFileSync('tmux', ['-L', TMUX_SOCKET, 'kill-server'], { stdio: 'ignore' });
+  } catch {
+    // no tmux server was left
+  }
+  try {
+    await sandbox?.delete();
+  } finally {
+    await server?.close();
+  }
+});
+
+describe('burrow exec -it', () => {
+  it('gives an interactive shell that sees the terminal size and its resize, and exits with its code', async () => {
+    const envArgs = Object.entries(env).map(([k, v]) => `${k}=${v}`);
+    tmux(
+      'new-session',
+      '-d',
+      '-s',
+      'burrow',
+      '-x',
+      '100',
+      '-y',
+      '30',
+      'env',
+      ...envArgs,
+      'sh',
+      '-c',
+      `${process.execPath} ${CLI_BIN} exec -it ${sandbox.id} -- bash --norc -i; echo "cli-exit=$?"; sleep 30`,
+    );
+    await waitFor(() => /[#$] *$/m.test(screen()), 'the shell prompt');
+    tmux('send-keys', '-t', 'burrow', 'stty size; tty', 'Enter');
+    await waitFor(() => screen().includes('30 100'), 'the first size');
+    await waitFor(() => /\/dev\/pts\/\d+/.test(screen()), 'the tty name');
+    tmux('resize-window', '-t', 'burrow', '-x', '120', '-y', '40');
+    await new Promise((r) => setTimeout(r, 500));
+    tmux('send-keys', '-t', 'burrow', 'clear; stty size', 'Enter');
+    await waitFor(() => screen().includes('40 120'), 'the resized size');
+    tmux('send-keys', '-t', 'burrow', 'exit 7', 'Enter');
+    await waitFor(() => screen().includes('cli-exit=7'), 'the CLI exit code');
+  });
+});
+
+describe('burrow ps, logs --follow, kill', () => {
+  it('lists a background command, follows its output and kills it', async () => {
+    const handle = await sandbox.commands.run('for i in 1 2 3; do echo line$i; sleep 0.2; done; exit 4', {
+      background: true,
+    });
+    const ps = await runCli(['ps', sandbox.id], { env });
+    expect(ps.code).toBe(0);
+    expect(ps.stdout).toContain(handle.commandId);
+    const logs = await runCli(['logs', '--follow', sandbox.id, handle.commandId], { env });
+    expect(logs.stdout).toBe('line1\nline2\nline3\n');
+    expect(logs.code).toBe(4);
+    const sleeper = await sandbox.commands.run('sleep 300', { background: true });
+    const kill = await runCli(['kill', '-s', 'TERM', sandbox.id, sleeper.commandId], { env });
+    expect(kill.code).toBe(0);
+    expect((await sleeper.wait({ timeoutMs: 10_000 })).signal).toBe('SIGTERM');
+  });
+});
