@@ -2,7 +2,7 @@
  * The raw-runtime baseline: the same runsc flags and the same kind of overlay disk as the gVisor driver, driven
  * directly with runsc commands (no server, no database, no HTTP, no cgroup or disk-image setup).
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -31,6 +31,18 @@ export class RawRunsc {
   private async runsc_(...args: string[]): Promise<string> {
     const { stdout } = await run(this.runsc, [...this.flags(), ...args], { maxBuffer: 16 << 20 });
     return stdout;
+  }
+
+  /**
+   * `runsc create`/`start` hand their stdio to the sandbox, so piped stdio never reaches EOF (research
+   * probe-gvisor-2022 §2): run them with stdio ignored and wait for the process exit, not for the pipes.
+   */
+  private runscDetached(...args: string[]): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const child = spawn(this.runsc, [...this.flags(), ...args], { stdio: 'ignore' });
+      child.on('error', reject);
+      child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`runsc ${args[0]} exited ${code}`))));
+    });
   }
 
   /** Mount an overlay over the template, write a bundle, `runsc create` + `start` a `sleep infinity` init. */
@@ -64,13 +76,24 @@ export class RawRunsc {
       linux: { namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }] },
     };
     await writeFile(join(dir, 'config.json'), JSON.stringify(spec));
-    await this.runsc_('create', '--bundle', dir, id);
-    await this.runsc_('start', id);
+    await this.runscDetached('create', '--bundle', dir, id);
+    await this.runscDetached('start', id);
   }
 
   /** `runsc exec ID argv…`. */
   async exec(id: string, ...argv: string[]): Promise<string> {
     return this.runsc_('exec', id, ...argv);
+  }
+
+  /** `runsc exec ID argv…` with its stdout counted and discarded; resolves with the byte count. */
+  async execCount(id: string, ...argv: string[]): Promise<number> {
+    const child = spawn(this.runsc, [...this.flags(), 'exec', id, ...argv], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let bytes = 0;
+    child.stdout.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+    });
+    await new Promise((resolve) => child.on('close', resolve));
+    return bytes;
   }
 
   /** `runsc delete -force`, unmount, remove the directory. */

@@ -10,8 +10,10 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { cpus, freemem, release, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildTemplate } from '@burrow/runtime-gvisor';
 import { Sandbox } from '@burrow/sdk';
 import { loadConfig, setup, startServer } from '@burrow/server';
+import { benchExec } from './exec-bench.js';
 import { RawRunsc } from './raw-runsc.js';
 import { type Summary, summarize, time } from './stats.js';
 
@@ -41,10 +43,12 @@ async function main(): Promise<void> {
   const prepared = await setup(config, { onLog: () => undefined });
   const server = await startServer(config);
   const conn = { apiUrl: server.url, apiKey: (await readFile(prepared.adminKeyPath, 'utf8')).trim() };
-  const raw = new RawRunsc(join(work, 'raw'), prepared.template.rootfsDir);
+  const base = await buildTemplate({ templatesDir, apt: [], run: [] });
+  const raw = new RawRunsc(join(work, 'raw'), base.rootfsDir);
   const rows: Row[] = [];
   try {
     rows.push(...(await benchCore(conn, raw)));
+    rows.push(...(await benchExec(conn, raw, { iterations, log })));
   } finally {
     await server.close();
     await rm(work, { recursive: true, force: true }).catch(() => undefined);

@@ -1,0 +1,88 @@
+/**
+ * Issue 4's numbers: stdout throughput of a streamed exec (200 MiB through the server and the WebSocket) with the
+ * server's RSS growth, and a background command's start → exit; against raw `runsc exec` in the same run.
+ */
+import { Sandbox } from '@burrow/sdk';
+import type { RawRunsc } from './raw-runsc.js';
+import { type Summary, summarize, time } from './stats.js';
+
+/** Output streamed per throughput sample: 200 MiB. */
+const STREAM_BYTES = 200 * 1024 * 1024;
+
+/** One bench row (same shape as run.ts's). */
+export interface ExecRow {
+  metric: string;
+  ours: Summary;
+  raw: Summary | null;
+  ratio: number | null;
+  target: string;
+}
+
+/** Runs the exec rows on one sandbox of ours and one raw container. */
+export async function benchExec(
+  conn: { apiUrl: string; apiKey: string },
+  raw: RawRunsc,
+  options: { iterations: number; log: (message: string) => void },
+): Promise<ExecRow[]> {
+  const samples = Math.max(2, Math.min(options.iterations, 5));
+  const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: 600_000 });
+  const rawId = 'rawexec0';
+  await raw.create(rawId);
+  const cmd = `head -c ${STREAM_BYTES} /dev/zero`;
+  const ours: number[] = [];
+  const rawMs: number[] = [];
+  const background: number[] = [];
+  let rssGrowthMiB = 0;
+  try {
+    const rssBefore = process.memoryUsage().rss;
+    let rssPeak = rssBefore;
+    for (let i = 0; i < samples; i++) {
+      options.log(`exec throughput ${i + 1}/${samples}`);
+      ours.push(
+        await time(async () => {
+          let bytes = 0;
+          for await (const event of sandbox.commands.stream(cmd, { timeoutMs: 300_000 })) {
+            if (event.type === 'stdout') bytes += event.data.byteLength;
+            rssPeak = Math.max(rssPeak, process.memoryUsage().rss);
+          }
+          if (bytes !== STREAM_BYTES) throw new Error(`streamed ${bytes} bytes, expected ${STREAM_BYTES}`);
+        }),
+      );
+      rawMs.push(
+        await time(async () => {
+          const bytes = await raw.execCount(rawId, '/bin/sh', '-c', cmd);
+          if (bytes !== STREAM_BYTES) throw new Error(`raw streamed ${bytes} bytes`);
+        }),
+      );
+      background.push(
+        await time(async () => {
+          const handle = await sandbox.commands.run(['true'], { background: true });
+          await handle.wait();
+        }),
+      );
+    }
+    rssGrowthMiB = Math.round((rssPeak - rssBefore) / 1024 / 1024);
+  } finally {
+    await sandbox.delete().catch(() => undefined);
+    await raw.delete(rawId);
+  }
+  const o = summarize(ours);
+  const r = summarize(rawMs);
+  const mbps = (ms: number) => Math.round(STREAM_BYTES / 1e6 / (ms / 1000));
+  return [
+    {
+      metric: `stdout 200 MiB streamed (ours ${mbps(o.p50)} MB/s, raw ${mbps(r.p50)} MB/s at p50; client+server RSS +${rssGrowthMiB} MiB)`,
+      ours: o,
+      raw: r,
+      ratio: Math.round((o.p50 / r.p50) * 100) / 100,
+      target: '≥ 200 MB/s (issue 4)',
+    },
+    {
+      metric: 'background command start → exit (`true`, supervisor)',
+      ours: summarize(background),
+      raw: null,
+      ratio: null,
+      target: '—',
+    },
+  ];
+}
