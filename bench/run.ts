@@ -14,7 +14,6 @@ import { buildTemplate } from '@burrow/runtime-gvisor';
 import { Sandbox } from '@burrow/sdk';
 import { loadConfig, setup, startServer } from '@burrow/server';
 import { benchExec } from './exec-bench.js';
-import { benchExec } from './exec-bench.js';
 import { RawRunsc } from './raw-runsc.js';
 import { type Summary, summarize, time } from './stats.js';
 
@@ -49,7 +48,6 @@ async function main(): Promise<void> {
   const rows: Row[] = [];
   try {
     rows.push(...(await benchCore(conn, raw)));
-    rows.push(...(await benchExec(conn, raw, { iterations, log })));
     rows.push(...(await benchExec(conn, raw, { iterations, log })));
   } finally {
     await server.close();
