@@ -4,15 +4,21 @@ import { join } from 'node:path';
 import { SandboxIdSchema } from '@burrow/contract';
 import {
   type Capability,
+  type CheckpointInfo,
+  type CreateFromSnapshotOptions,
   type CreateOptions,
   type ExecOptions,
+  type ForkOptions,
   type HostResources,
   type ObservedSandbox,
   type RuntimeDriver,
   RuntimeError,
   type RuntimeEvent,
   type SandboxProcess,
+  type SnapshotOptions,
+  type SpawnOptions,
 } from '@burrow/runtime';
+import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
   cgroupChildren,
   cgroupDirs,
@@ -61,8 +67,10 @@ export interface GvisorDriverOptions {
 }
 
 /** Host paths of one sandbox. */
-interface SandboxPaths {
+export interface SandboxPaths {
   dir: string;
+  /** Pause image and its manifest: `<dir>/checkpoint/`. */
+  checkpointDir: string;
   image: string;
   diskDir: string;
   upperDir: string;
@@ -81,8 +89,9 @@ interface SandboxPaths {
  */
 export class GvisorDriver implements RuntimeDriver {
   readonly name = 'gvisor';
-  readonly capabilities: ReadonlySet<Capability> = new Set<Capability>();
+  readonly capabilities: ReadonlySet<Capability> = new Set<Capability>(['checkpoint', 'fork']);
   private readonly runsc: RunscCli;
+  private readonly checkpointer: GvisorCheckpointer;
   private readonly dataDir: string;
   private readonly cgroupRoot: string;
   private readonly maxProcesses: number;
@@ -104,6 +113,59 @@ export class GvisorDriver implements RuntimeDriver {
     this.cgroupRoot = options.cgroupRoot ?? '/sys/fs/cgroup';
     this.maxProcesses = options.maxProcesses ?? 1024;
     this.logger = options.logger;
+    this.checkpointer = new GvisorCheckpointer({
+      runsc: this.runsc,
+      paths: (id) => this.paths(id),
+      prepareBundle: (o, made) => this.prepareBundle(o, made),
+      runscStep: (id, args, step, signal) => this.runscStep(id, args, step, signal),
+      started: async (id, pid) => {
+        await preferStubsForOomKill(pid);
+        this.oomKillsSeen.set(id, (await readOomKillCount(this.memoryCgroup(id))) ?? 0);
+        this.exitReported.delete(id);
+      },
+      removeCgroups: async (id) => removeCgroupDirs(await this.cgroupDirsOf(id)),
+      create: (o) => this.create(o),
+      delete: (id) => this.delete(id),
+      warn: (object, message) => this.logger?.warn(object, message),
+    });
+  }
+
+  pause(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<CheckpointInfo> {
+    return this.checkpointer.pause(sandboxId, options.signal);
+  }
+
+  resume(options: CreateOptions): Promise<void> {
+    return this.checkpointer.resume(options);
+  }
+
+  stop(sandboxId: string): Promise<void> {
+    return this.checkpointer.stop(sandboxId);
+  }
+
+  fork(sandboxId: string, options: ForkOptions): Promise<void> {
+    return this.checkpointer.fork(sandboxId, options);
+  }
+
+  snapshot(sandboxId: string, options: SnapshotOptions): Promise<CheckpointInfo> {
+    return this.checkpointer.snapshot(sandboxId, options);
+  }
+
+  createFromSnapshot(options: CreateFromSnapshotOptions): Promise<void> {
+    return this.checkpointer.createFromSnapshot(options);
+  }
+
+  settle(sandboxId: string): Promise<void> {
+    return this.checkpointer.settle(sandboxId);
+  }
+
+  async spawn(sandboxId: string, options: SpawnOptions): Promise<void> {
+    const result = await this.runsc.run(['exec', sandboxId, ...spawnRequestArgv(options)], { timeoutMs: 30_000 });
+    if (result.exitCode !== 0) {
+      throw new RuntimeError(
+        `spawning in ${sandboxId} failed (exit ${result.exitCode ?? result.signal})`,
+        result.stderr,
+      );
+    }
   }
 
   rootDir(sandboxId: string): string {
@@ -122,59 +184,7 @@ export class GvisorDriver implements RuntimeDriver {
     try {
       checkAbort();
       if (existing) await this.runsc.run(['delete', '-force', sandboxId]);
-      const lower = await stat(options.template.rootfsDir).catch(() => null);
-      if (!lower?.isDirectory()) {
-        throw new RuntimeError(`template root filesystem not found: ${options.template.rootfsDir}`);
-      }
-      const dirExisted = await stat(paths.dir).then(
-        () => true,
-        () => false,
-      );
-      if (!dirExisted) made.push(() => rm(paths.dir, { recursive: true, force: true }));
-      await mkdir(paths.logsDir, { recursive: true });
-      await mkdir(paths.diskDir, { recursive: true });
-      await mkdir(paths.rootfs, { recursive: true });
-      if (!(await fileExists(paths.image))) {
-        made.push(() => rm(paths.image, { force: true }));
-        await createDiskImage(paths.image, options.resources.diskMiB);
-      }
-      checkAbort();
-      if ((await mountsUnder(paths.diskDir)).length === 0) {
-        made.push(async () => {
-          await unmountAll(paths.diskDir);
-          await detachLoopDevices(paths.dir);
-        });
-        await mountDiskImage(paths.image, paths.diskDir);
-      }
-      await mkdir(paths.upperDir, { recursive: true });
-      await mkdir(paths.workDir, { recursive: true });
-      if ((await mountsUnder(paths.rootfs)).length === 0) {
-        made.push(() => unmountAll(paths.rootfs));
-        await mountOverlay({
-          lowerDir: options.template.rootfsDir,
-          upperDir: paths.upperDir,
-          workDir: paths.workDir,
-          mergedDir: paths.rootfs,
-        });
-      }
-      await mkdir(join(paths.rootfs, 'tmp'), { recursive: true });
-      await chmod(join(paths.rootfs, 'tmp'), 0o1777);
-      const hasTini = await fileExists(join(options.template.rootfsDir, 'usr/bin/tini'));
-      const spec = buildOciSpec({
-        rootPath: paths.rootfs,
-        hostname: options.hostname,
-        args: hasTini ? ['/usr/bin/tini', '-s', '--', 'sleep', 'infinity'] : ['sleep', 'infinity'],
-        // The sentry-internal tmpfs on /tmp would be invisible to the host: bind the overlay's own /tmp.
-        mounts: [{ source: join(paths.rootfs, 'tmp'), destination: '/tmp', readonly: false }],
-        limits: {
-          cgroupsPath: `/${CGROUP_PARENT}/${sandboxId}`,
-          memoryMiB: options.resources.memoryMiB,
-          cpuCount: options.resources.cpuCount,
-          processLimit: this.maxProcesses,
-          pidsLimit: this.pidsLimit(),
-        },
-      });
-      await writeFile(join(paths.dir, 'config.json'), `${JSON.stringify(spec, null, 2)}\n`);
+      await this.prepareBundle(options, made);
       checkAbort();
       made.push(async () => {
         await this.runsc.run(['delete', '-force', sandboxId]);
@@ -238,6 +248,8 @@ export class GvisorDriver implements RuntimeDriver {
       }
       this.oomKillsSeen.set(sandboxId, oomKills);
     }
+    // A complete pause image wins: runsc reports the killed sentry as running until it is reaped.
+    if (await this.checkpointer.isPaused(sandboxId)) return { status: 'paused', events };
     const state = await this.runsc.state(sandboxId);
     if (state?.status === 'running' || state?.status === 'paused' || state?.status === 'created') {
       if (state.pid > 0) await preferStubsForOomKill(state.pid);
@@ -259,6 +271,7 @@ export class GvisorDriver implements RuntimeDriver {
   async delete(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<void> {
     if (options.signal?.aborted) throw abortError(options.signal);
     const paths = this.paths(sandboxId);
+    await this.checkpointer.released(sandboxId);
     if ((await this.runsc.state(sandboxId)) !== null) {
       await this.runsc.run(['kill', sandboxId, 'KILL']);
       await this.runsc.run(['delete', '-force', sandboxId]);
@@ -306,12 +319,7 @@ export class GvisorDriver implements RuntimeDriver {
     return remaining;
   }
 
-  private async runscStep(
-    sandboxId: string,
-    args: string[],
-    step: string,
-    signal: AbortSignal | undefined,
-  ): Promise<void> {
+  async runscStep(sandboxId: string, args: string[], step: string, signal: AbortSignal | undefined): Promise<void> {
     const { logsDir } = this.paths(sandboxId);
     const outputFile = join(logsDir, 'init.log');
     const debugLog = join(logsDir, 'runsc-%COMMAND%.log');
@@ -351,12 +359,76 @@ export class GvisorDriver implements RuntimeDriver {
     return cgroupDirs(this.cgroupRoot, CGROUP_PARENT, sandboxId);
   }
 
-  private paths(sandboxId: string): SandboxPaths {
+  /**
+   * Mount the sandbox's disk (making it if absent) and overlay, and write its OCI bundle; each step done is pushed
+   * onto `made` as its undo. Shared by create, resume, fork and snapshot restores.
+   */
+  async prepareBundle(options: CreateOptions, made: Array<() => Promise<void>>): Promise<void> {
+    const { sandboxId } = options;
+    const paths = this.paths(sandboxId);
+    const lower = await stat(options.template.rootfsDir).catch(() => null);
+    if (!lower?.isDirectory()) {
+      throw new RuntimeError(`template root filesystem not found: ${options.template.rootfsDir}`);
+    }
+    const dirExisted = await stat(paths.dir).then(
+      () => true,
+      () => false,
+    );
+    if (!dirExisted) made.push(() => rm(paths.dir, { recursive: true, force: true }));
+    await mkdir(paths.logsDir, { recursive: true });
+    await mkdir(paths.diskDir, { recursive: true });
+    await mkdir(paths.rootfs, { recursive: true });
+    if (!(await fileExists(paths.image))) {
+      made.push(() => rm(paths.image, { force: true }));
+      await createDiskImage(paths.image, options.resources.diskMiB);
+    }
+    if (options.signal?.aborted) throw abortError(options.signal);
+    if ((await mountsUnder(paths.diskDir)).length === 0) {
+      made.push(async () => {
+        await unmountAll(paths.diskDir);
+        await detachLoopDevices(paths.dir);
+      });
+      await mountDiskImage(paths.image, paths.diskDir);
+    }
+    await mkdir(paths.upperDir, { recursive: true });
+    await mkdir(paths.workDir, { recursive: true });
+    if ((await mountsUnder(paths.rootfs)).length === 0) {
+      made.push(() => unmountAll(paths.rootfs));
+      await mountOverlay({
+        lowerDir: options.template.rootfsDir,
+        upperDir: paths.upperDir,
+        workDir: paths.workDir,
+        mergedDir: paths.rootfs,
+      });
+    }
+    await mkdir(join(paths.rootfs, 'tmp'), { recursive: true });
+    await chmod(join(paths.rootfs, 'tmp'), 0o1777);
+    const hasTini = await fileExists(join(options.template.rootfsDir, 'usr/bin/tini'));
+    const spec = buildOciSpec({
+      rootPath: paths.rootfs,
+      hostname: options.hostname,
+      args: hasTini ? ['/usr/bin/tini', '-s', '--', ...SPAWNER_ARGV] : SPAWNER_ARGV,
+      // The sentry-internal tmpfs on /tmp would be invisible to the host: bind the overlay's own /tmp.
+      mounts: [{ source: join(paths.rootfs, 'tmp'), destination: '/tmp', readonly: false }],
+      limits: {
+        cgroupsPath: `/${CGROUP_PARENT}/${sandboxId}`,
+        memoryMiB: options.resources.memoryMiB,
+        cpuCount: options.resources.cpuCount,
+        processLimit: this.maxProcesses,
+        pidsLimit: this.pidsLimit(),
+      },
+    });
+    await writeFile(join(paths.dir, 'config.json'), `${JSON.stringify(spec, null, 2)}\n`);
+  }
+
+  /** Host paths of the sandbox's files. @throws RuntimeError for a malformed id */
+  paths(sandboxId: string): SandboxPaths {
     if (!SandboxIdSchema.safeParse(sandboxId).success) throw new RuntimeError(`not a sandbox id: ${sandboxId}`);
     const dir = join(this.dataDir, 'sandboxes', sandboxId);
     const diskDir = join(dir, 'disk');
     return {
       dir,
+      checkpointDir: join(dir, 'checkpoint'),
       image: join(dir, 'disk.img'),
       diskDir,
       upperDir: join(diskDir, 'upper'),

@@ -60,11 +60,14 @@ function unescapeMountPath(path: string): string {
   return path.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(Number.parseInt(octal, 8)));
 }
 
-/** Unmount everything beneath `dir`, deepest first; falls back to a lazy unmount when a mount is busy. */
-export async function unmountAll(dir: string): Promise<void> {
+/**
+ * Unmount everything beneath `dir`, deepest first. A busy mount falls back to a lazy unmount unless `lazy` is
+ * false (then it stays mounted and the caller retries).
+ */
+export async function unmountAll(dir: string, options: { lazy?: boolean } = {}): Promise<void> {
   for (const point of await mountsUnder(dir)) {
     const result = await runCommand('umount', [point]);
-    if (result.exitCode !== 0) await runCommand('umount', ['-l', point]);
+    if (result.exitCode !== 0 && options.lazy !== false) await runCommand('umount', ['-l', point]);
   }
 }
 

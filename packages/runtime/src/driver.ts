@@ -62,8 +62,11 @@ export interface SandboxProcess {
 
 /** What the host observes about a sandbox. */
 export interface ObservedSandbox {
-  /** `running` when the container runs, `stopped` when it exists but its init ended, `missing` when nothing is on the host. */
-  status: 'running' | 'stopped' | 'missing';
+  /**
+   * `running` when the container runs, `paused` when no container runs but a complete checkpoint image is kept,
+   * `stopped` when the disk is kept without a running init, `missing` when nothing is on the host.
+   */
+  status: 'running' | 'paused' | 'stopped' | 'missing';
   /** Events since the previous call, for example a memory-limit kill. */
   events: RuntimeEvent[];
 }
@@ -85,7 +88,7 @@ export interface HostResources {
  * The isolation backend behind one interface. Every verb is idempotent: creating an existing sandbox or
  * deleting a missing one succeeds without side effects.
  */
-export interface RuntimeDriver {
+export interface RuntimeDriver extends PersistenceVerbs {
   /** Short name, for example `gvisor`. */
   readonly name: string;
   readonly capabilities: ReadonlySet<Capability>;
@@ -104,6 +107,110 @@ export interface RuntimeDriver {
   delete(sandboxId: string, options?: { signal?: AbortSignal }): Promise<void>;
   /** Ids of every sandbox that has any resource on this host (containers, mounts, cgroups, directories). */
   listHostResources(): Promise<HostResources>;
+}
+
+/** What a checkpoint (pause, fork point, snapshot) wrote. */
+export interface CheckpointInfo {
+  /** Bytes of the process and memory image (0 for a filesystem-only snapshot). */
+  imageSizeBytes: number;
+  /** Bytes the disk occupies on the host (allocated, not apparent size). */
+  diskSizeBytes: number;
+  /** Runtime version and platform the image needs to restore, for example `runsc 0.0~20240729.0 systrap`. */
+  runtimeVersion: string;
+}
+
+/** One new sandbox of {@link RuntimeDriver.fork}. */
+export interface ForkChild {
+  /** Id of the new sandbox. */
+  sandboxId: string;
+  /** Its own hostname, set inside after the restore (the image carries the parent's). */
+  hostname: string;
+}
+
+/** Options of {@link RuntimeDriver.fork}. */
+export interface ForkOptions {
+  /** The parent's template (the children share its read-only lower layer). */
+  template: TemplateRef;
+  resources: Resources;
+  children: ForkChild[];
+  signal?: AbortSignal;
+}
+
+/** Options of {@link RuntimeDriver.snapshot}. */
+export interface SnapshotOptions {
+  /** Empty or absent host directory the snapshot is written to (disk, image, manifest with checksums). */
+  targetDir: string;
+  /** Include processes and memory (capability `checkpoint`); otherwise the disk only. */
+  memory: boolean;
+  signal?: AbortSignal;
+}
+
+/** Options of {@link RuntimeDriver.createFromSnapshot}. */
+export interface CreateFromSnapshotOptions extends CreateOptions {
+  /** Host directory written by {@link RuntimeDriver.snapshot}; read only. */
+  sourceDir: string;
+  /** Restore processes and memory (needs a snapshot with memory); otherwise boot fresh on a copy of its disk. */
+  memory: boolean;
+}
+
+/** Options of {@link PersistenceVerbs.spawn}. */
+export interface SpawnOptions {
+  /** Program and arguments; no newline anywhere. */
+  argv: string[];
+  /** Full environment of the process. */
+  env: Record<string, string>;
+  /** Absolute working directory inside the sandbox. */
+  cwd: string;
+}
+
+/**
+ * Persistence verbs of a driver. `stop`, `create` on a stopped sandbox (start) and filesystem-only snapshots work
+ * on every driver; `pause`, `resume`, memory snapshots need the `checkpoint` capability, `fork` needs `fork`.
+ * Unsupported calls throw {@link UnsupportedError}. Every verb is idempotent and safe to call again after a crash
+ * in the middle of it: it finishes the step or leaves the sandbox as it was.
+ */
+export interface PersistenceVerbs {
+  /**
+   * Checkpoint processes and memory with the disk frozen, then release the container, CPU, memory and mounts:
+   * a paused sandbox costs only disk. A failed checkpoint leaves the sandbox running.
+   * @throws UnsupportedError without `checkpoint`; RuntimeError when the checkpoint fails (the sandbox still runs)
+   */
+  pause(sandboxId: string, options?: { signal?: AbortSignal }): Promise<CheckpointInfo>;
+  /**
+   * Restore a paused sandbox under the same id after verifying the image's and disk's checksums and the runtime
+   * version. On failure the sandbox stays paused and its image intact.
+   * @throws CheckpointRejectedError for a tampered, truncated or foreign image; RuntimeError when the restore fails
+   */
+  resume(options: CreateOptions): Promise<void>;
+  /** End every process and release the container and mounts; the disk stays. `create` boots it again. */
+  stop(sandboxId: string, options?: { signal?: AbortSignal }): Promise<void>;
+  /**
+   * New sandboxes restored from one checkpoint of `sandboxId` (running: held still only for the checkpoint; or
+   * paused), each on its own copy of the disk, with its own hostname and fresh kernel randomness.
+   * @throws UnsupportedError without `fork`; RuntimeError (no child is left on the host)
+   */
+  fork(sandboxId: string, options: ForkOptions): Promise<void>;
+  /** Write a self-contained, checksummed copy of the sandbox's state into `options.targetDir`. */
+  snapshot(sandboxId: string, options: SnapshotOptions): Promise<CheckpointInfo>;
+  /** Create a sandbox from a snapshot directory after verifying its checksums. @throws CheckpointRejectedError */
+  createFromSnapshot(options: CreateFromSnapshotOptions): Promise<void>;
+  /**
+   * Finish or undo a host step a crash interrupted (for example a fork that left the parent held still). Called by
+   * the reconciler for every sandbox at start.
+   */
+  settle(sandboxId: string): Promise<void>;
+  /**
+   * Start a detached process (stdio on /dev/null) from the sandbox's init, so it survives pause, resume and fork
+   * with its pid. Processes started by {@link RuntimeDriver.exec} end at a resume on gVisor. Resolves once the
+   * request is handed over, not when the process runs.
+   * @throws RuntimeError if the sandbox does not run or the argv holds a newline
+   */
+  spawn(sandboxId: string, options: SpawnOptions): Promise<void>;
+}
+
+/** A checkpoint image or snapshot failed verification: altered, truncated, or written by another runtime version. */
+export class CheckpointRejectedError extends Error {
+  override readonly name = 'CheckpointRejectedError';
 }
 
 /** A runtime step failed. `details` carries the runtime's own output for the log. */

@@ -1,16 +1,21 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { cp, mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type {
   Capability,
+  CheckpointInfo,
+  CreateFromSnapshotOptions,
   CreateOptions,
   ExecOptions,
+  ForkOptions,
   HostResources,
   ObservedSandbox,
   ProcessExit,
   RuntimeDriver,
   RuntimeEvent,
   SandboxProcess,
+  SnapshotOptions,
+  SpawnOptions,
 } from '@burrow/runtime';
 import { RuntimeError } from '@burrow/runtime';
 
@@ -23,7 +28,9 @@ const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
  */
 export class FakeDriver implements RuntimeDriver {
   readonly name = 'fake';
-  readonly capabilities: ReadonlySet<Capability> = new Set<Capability>();
+  /** The fake "checkpoints" by marking a sandbox paused (its processes keep running on the host: a fake). */
+  readonly capabilities: ReadonlySet<Capability> = new Set<Capability>(['checkpoint', 'fork']);
+  private readonly paused = new Set<string>();
   /** Sandbox ids whose next `create` fails after leaving a partial directory behind. */
   readonly failCreateFor = new Set<string>();
   /** When true, every `create` fails after leaving a partial directory behind. */
@@ -92,7 +99,14 @@ export class FakeDriver implements RuntimeDriver {
       () => true,
       () => false,
     );
-    return { status: !exists ? 'missing' : this.stopped.has(sandboxId) ? 'stopped' : 'running', events };
+    const status = !exists
+      ? 'missing'
+      : this.paused.has(sandboxId)
+        ? 'paused'
+        : this.stopped.has(sandboxId)
+          ? 'stopped'
+          : 'running';
+    return { status, events };
   }
 
   async delete(sandboxId: string): Promise<void> {
@@ -100,6 +114,7 @@ export class FakeDriver implements RuntimeDriver {
     for (const child of this.children.get(sandboxId) ?? []) killGroup(child, 'SIGKILL');
     this.children.delete(sandboxId);
     this.stopped.delete(sandboxId);
+    this.paused.delete(sandboxId);
     await rm(join(this.baseDir, sandboxId), { recursive: true, force: true });
   }
 
@@ -119,8 +134,53 @@ export class FakeDriver implements RuntimeDriver {
   }
 
   /** Test hook: make the sandbox's init "exit". */
-  stop(sandboxId: string): void {
+  exitInit(sandboxId: string): void {
     this.stopped.add(sandboxId);
+  }
+
+  async pause(sandboxId: string): Promise<CheckpointInfo> {
+    this.calls.push({ verb: 'pause', sandboxId });
+    this.paused.add(sandboxId);
+    return { imageSizeBytes: 1, diskSizeBytes: 1, runtimeVersion: 'fake' };
+  }
+
+  async resume(options: CreateOptions): Promise<void> {
+    this.calls.push({ verb: 'resume', sandboxId: options.sandboxId });
+    this.paused.delete(options.sandboxId);
+    this.stopped.delete(options.sandboxId);
+  }
+
+  async stop(sandboxId: string): Promise<void> {
+    this.calls.push({ verb: 'stop', sandboxId });
+    for (const child of this.children.get(sandboxId) ?? []) killGroup(child, 'SIGKILL');
+    this.paused.delete(sandboxId);
+    this.stopped.add(sandboxId);
+  }
+
+  async fork(sandboxId: string, options: ForkOptions): Promise<void> {
+    this.calls.push({ verb: 'fork', sandboxId });
+    for (const child of options.children) {
+      await cp(join(this.baseDir, sandboxId), join(this.baseDir, child.sandboxId), { recursive: true });
+    }
+  }
+
+  async snapshot(sandboxId: string, options: SnapshotOptions): Promise<CheckpointInfo> {
+    this.calls.push({ verb: 'snapshot', sandboxId });
+    await cp(this.rootDir(sandboxId), join(options.targetDir, 'rootfs'), { recursive: true });
+    await writeFile(join(options.targetDir, 'memory'), options.memory ? 'yes' : 'no');
+    return { imageSizeBytes: options.memory ? 1 : 0, diskSizeBytes: 1, runtimeVersion: 'fake' };
+  }
+
+  async createFromSnapshot(options: CreateFromSnapshotOptions): Promise<void> {
+    this.calls.push({ verb: 'createFromSnapshot', sandboxId: options.sandboxId });
+    await cp(join(options.sourceDir, 'rootfs'), this.rootDir(options.sandboxId), { recursive: true });
+  }
+
+  async settle(): Promise<void> {}
+
+  async spawn(sandboxId: string, options: SpawnOptions): Promise<void> {
+    const process = await this.exec(sandboxId, { ...options });
+    process.stdin.end();
   }
 
   /** Kill every process the fake started. */

@@ -1,0 +1,280 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, open, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Resources } from '@burrow/contract';
+import { CheckpointRejectedError, type TemplateRef } from '@burrow/runtime';
+import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { GvisorDriver } from './gvisor-driver.js';
+import { cgroupDirs, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
+import { RunscCli } from './runsc-cli.js';
+import { buildTemplate } from './template-builder.js';
+
+const TEST_TEMPLATES_DIR = '/var/tmp/burrow-test-templates';
+const RESOURCES: Resources = { cpuCount: 1, memoryMiB: 256, diskMiB: 512 };
+
+/** A server holding a counter in memory: each GET returns the next value and the server's pid. */
+const COUNTER_SERVER = `
+import http.server, os
+n = 0
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        global n
+        n += 1
+        body = f"{n} {os.getpid()}".encode()
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(('127.0.0.1', 8080), H).serve_forever()
+`;
+const ASK = [
+  'python3',
+  '-c',
+  'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080").read().decode())',
+];
+
+describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', () => {
+  let dataDir: string;
+  let driver: GvisorDriver;
+  let runsc: RunscCli;
+  let template: TemplateRef;
+  const created = new Set<string>();
+
+  const options = (sandboxId: string) => ({
+    sandboxId,
+    template,
+    resources: RESOURCES,
+    hostname: `h-${sandboxId.slice(4, 10)}`,
+  });
+  const sh = async (id: string, script: string) => {
+    const run = await runInSandbox(driver, id, ['sh', '-c', script]);
+    if (run.exitCode !== 0) throw new Error(`${script} failed: ${run.stderr.toString()}`);
+    return run.stdout.toString().trim();
+  };
+  const create = async () => {
+    const id = testSandboxId();
+    created.add(id);
+    await driver.create(options(id));
+    return id;
+  };
+  const startCounter = async (id: string) => {
+    await writeFile(join(driver.rootDir(id), 'root/counter.py'), COUNTER_SERVER);
+    // Started from the init's tree: processes descended from an exec end when gVisor restores an image.
+    await driver.spawn(id, { argv: ['python3', '/root/counter.py'], env: { PATH: '/usr/bin:/bin' }, cwd: '/root' });
+    for (let i = 0; i < 100; i++) {
+      const run = await runInSandbox(driver, id, ASK);
+      if (run.exitCode === 0) return run.stdout.toString().trim().split(' ').map(Number) as [number, number];
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error('counter server did not start');
+  };
+  const ask = async (id: string) =>
+    (await sh(id, ASK.map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' '))).split(' ').map(Number);
+  const leftovers = async (id: string) => {
+    const dir = join(dataDir, 'sandboxes', id);
+    const found: string[] = [];
+    if ((await runsc.list()).includes(id)) found.push('runsc container');
+    found.push(...(await mountsUnder(dir)), ...(await loopDevicesUnder(dir)));
+    found.push(...(await cgroupDirs('/sys/fs/cgroup', 'burrow', id)));
+    return found;
+  };
+
+  beforeAll(async () => {
+    dataDir = await mkdtemp(join(tmpdir(), 'burrow-checkpoint-test-'));
+    template = await buildTemplate({ templatesDir: TEST_TEMPLATES_DIR, apt: [], run: [] });
+    driver = new GvisorDriver({ dataDir, maxProcesses: 256 });
+    runsc = new RunscCli('runsc', join(dataDir, 'runsc'), 'systrap');
+  });
+
+  afterEach(async () => {
+    for (const id of created) await driver.delete(id);
+    created.clear();
+  });
+
+  afterAll(async () => {
+    const ours = new Set([...(await runsc.list()), ...(await readdir(join(dataDir, 'sandboxes')).catch(() => []))]);
+    for (const id of ours) await driver.delete(id);
+    await rm(dataDir, { recursive: true, force: true });
+  });
+
+  it('declares checkpoint and fork', () => {
+    expect([...driver.capabilities].sort()).toEqual(['checkpoint', 'fork']);
+  });
+
+  it('30 pause/resume cycles keep files byte-exact, the in-memory counter and the server pid', async () => {
+    const id = await create();
+    const [first, pid] = await startCounter(id);
+    let expected = first;
+    const root = driver.rootDir(id);
+    const written = new Map<string, Buffer>();
+    for (let cycle = 0; cycle < 30; cycle++) {
+      const bytes = Buffer.from([...Array(2000)].map((_, i) => (i * 31 + cycle * 7) % 256));
+      await writeFile(join(root, `root/file-${cycle}.bin`), bytes);
+      written.set(`file-${cycle}.bin`, bytes);
+      // Written inside, right before the pause, without fsync.
+      await sh(id, `printf 'cycle %s' ${cycle} > /root/last.txt`);
+      const info = await driver.pause(id);
+      expect(info.imageSizeBytes).toBeGreaterThan(0);
+      expect((await driver.observe(id)).status).toBe('paused');
+      expect(await mountsUnder(join(dataDir, 'sandboxes', id))).toEqual([]);
+      await driver.resume(options(id));
+      expect(await readFile(join(driver.rootDir(id), 'root/last.txt'), 'utf8')).toBe(`cycle ${cycle}`);
+      const [n, samePid] = await ask(id);
+      expected += 1;
+      expect(n).toBe(expected);
+      expect(samePid).toBe(pid);
+    }
+    for (const [name, bytes] of written) expect(await readFile(join(driver.rootDir(id), 'root', name))).toEqual(bytes);
+    const ps = await sh(id, 'ps -eo pid,args');
+    expect(ps).toMatch(new RegExp(`^\\s*${pid}\\s+python3 /root/counter.py`, 'm'));
+  });
+
+  it('pause and resume are idempotent', async () => {
+    const id = await create();
+    await sh(id, 'echo kept > /root/kept');
+    await driver.pause(id);
+    await driver.pause(id);
+    await driver.resume(options(id));
+    await driver.resume(options(id));
+    expect(await sh(id, 'cat /root/kept')).toBe('kept');
+  });
+
+  it('refuses a tampered, truncated or foreign image and stays paused and intact', async () => {
+    const id = await create();
+    const [first] = await startCounter(id);
+    await driver.pause(id);
+    const pages = join(dataDir, 'sandboxes', id, 'checkpoint/image/pages.img');
+    const manifestPath = join(dataDir, 'sandboxes', id, 'checkpoint/manifest.json');
+    const original = await readFile(pages);
+    const flipped = Buffer.from(original);
+    flipped[Math.floor(flipped.length / 2)] = (flipped[Math.floor(flipped.length / 2)] ?? 0) ^ 0xff;
+    await writeFile(pages, flipped);
+    await expect(driver.resume(options(id))).rejects.toThrow(CheckpointRejectedError);
+    await expect(driver.resume(options(id))).rejects.toThrow(/checksum/);
+    expect((await driver.observe(id)).status).toBe('paused');
+    expect(await leftovers(id)).toEqual([]);
+    await writeFile(pages, original.subarray(0, original.length - 4096));
+    await expect(driver.resume(options(id))).rejects.toThrow(/truncated/);
+    await writeFile(pages, original);
+    const manifestText = await readFile(manifestPath, 'utf8');
+    await writeFile(manifestPath, manifestText.replace(/runsc version [^"]+/, 'runsc version 0.0~20200101.0'));
+    await expect(driver.resume(options(id))).rejects.toThrow(/cannot restore it/);
+    await writeFile(manifestPath, manifestText);
+    // The disk is checksummed too.
+    const disk = await open(join(dataDir, 'sandboxes', id, 'disk.img'), 'r+');
+    const block = Buffer.alloc(4096);
+    await disk.read(block, 0, 4096, 0);
+    await disk.write(Buffer.from('tampered'), 0, 8, 0);
+    await expect(driver.resume(options(id))).rejects.toThrow(/disk image does not match/);
+    await disk.write(block, 0, 4096, 0);
+    await disk.close();
+    await driver.resume(options(id));
+    expect((await ask(id))[0]).toBe(first + 1);
+  });
+
+  it('stop ends processes and keeps the disk; create boots fresh on it', async () => {
+    const id = await create();
+    await startCounter(id);
+    await sh(id, 'echo survives > /root/disk.txt');
+    await driver.stop(id);
+    expect((await driver.observe(id)).status).toBe('stopped');
+    expect(await leftovers(id)).toEqual([]);
+    await driver.create(options(id));
+    expect(await sh(id, 'cat /root/disk.txt')).toBe('survives');
+    expect(await sh(id, 'ps -eo args | grep -c "[c]ounter.py" || true')).toBe('0');
+  });
+
+  it('fork x5 of a running sandbox: children continue and diverge, the parent is unaffected', async () => {
+    const parent = await create();
+    const [atFork, parentPid] = await startCounter(parent);
+    await sh(parent, 'echo parent > /root/who');
+    const children = Array.from({ length: 5 }, () => {
+      const sandboxId = testSandboxId();
+      created.add(sandboxId);
+      return { sandboxId, hostname: `child-${sandboxId.slice(4, 12)}` };
+    });
+    await driver.fork(parent, { template, resources: RESOURCES, children });
+    const randoms = new Set<string>();
+    for (const child of children) {
+      expect((await driver.observe(child.sandboxId)).status).toBe('running');
+      const [n, pid] = await ask(child.sandboxId);
+      expect(n).toBe(atFork + 1);
+      expect(pid).toBe(parentPid);
+      expect(await sh(child.sandboxId, 'cat /root/who')).toBe('parent');
+      await sh(child.sandboxId, `echo ${child.sandboxId} > /root/who`);
+      expect(await sh(child.sandboxId, 'hostname')).toBe(child.hostname);
+      randoms.add(await sh(child.sandboxId, 'head -c16 /dev/urandom | od -An -tx1'));
+    }
+    expect(randoms.size).toBe(5);
+    for (const child of children) expect(await sh(child.sandboxId, 'cat /root/who')).toBe(child.sandboxId);
+    expect(await sh(parent, 'cat /root/who')).toBe('parent');
+    expect((await ask(parent))[0]).toBe(atFork + 1);
+    expect(await sh(parent, 'hostname')).toBe(options(parent).hostname);
+    expect(await readdir(join(dataDir, 'sandboxes', parent))).not.toContain(expect.stringMatching(/^fork-/));
+  });
+
+  it('fork of a paused sandbox leaves it paused; the children run', async () => {
+    const parent = await create();
+    const [atPause] = await startCounter(parent);
+    await driver.pause(parent);
+    const children = [testSandboxId(), testSandboxId()].map((sandboxId) => {
+      created.add(sandboxId);
+      return { sandboxId, hostname: `k-${sandboxId.slice(4, 10)}` };
+    });
+    await driver.fork(parent, { template, resources: RESOURCES, children });
+    for (const child of children) expect((await ask(child.sandboxId))[0]).toBe(atPause + 1);
+    expect((await driver.observe(parent)).status).toBe('paused');
+    await driver.resume(options(parent));
+    expect((await ask(parent))[0]).toBe(atPause + 1);
+  });
+
+  it('a snapshot outlives its sandbox and seeds new ones with memory or filesystem only', async () => {
+    const source = await create();
+    const [atSnap] = await startCounter(source);
+    await sh(source, 'echo snap > /root/snap.txt');
+    const snapDir = join(dataDir, 'snap-1');
+    const info = await driver.snapshot(source, { targetDir: snapDir, memory: true });
+    expect(info.imageSizeBytes).toBeGreaterThan(0);
+    await sh(source, 'echo after > /root/snap.txt');
+    await driver.delete(source);
+    created.delete(source);
+    const withMemory = testSandboxId();
+    created.add(withMemory);
+    await driver.createFromSnapshot({ ...options(withMemory), sourceDir: snapDir, memory: true });
+    expect((await ask(withMemory))[0]).toBe(atSnap + 1);
+    expect(await sh(withMemory, 'cat /root/snap.txt')).toBe('snap');
+    const fsOnly = testSandboxId();
+    created.add(fsOnly);
+    await driver.createFromSnapshot({ ...options(fsOnly), sourceDir: snapDir, memory: false });
+    expect(await sh(fsOnly, 'cat /root/snap.txt')).toBe('snap');
+    expect(await sh(fsOnly, 'ps -eo args | grep -c "[c]ounter.py" || true')).toBe('0');
+    await writeFile(join(snapDir, 'image/pages.img'), 'x', { flag: 'a' });
+    await expect(
+      driver.createFromSnapshot({ ...options(testSandboxId()), sourceDir: snapDir, memory: true }),
+    ).rejects.toThrow(CheckpointRejectedError);
+    await rm(snapDir, { recursive: true, force: true });
+  });
+
+  it('deleting everything returns the data dir to its starting size and leaves nothing on the host', async () => {
+    const du = () => Number(execFileSync('du', ['-sk', dataDir]).toString().split('\t')[0]);
+    const start = du();
+    const id = await create();
+    await startCounter(id);
+    await sh(id, 'head -c 5000000 /dev/urandom > /root/blob');
+    await driver.pause(id);
+    const snapDir = join(dataDir, 'snap-del');
+    await driver.snapshot(id, { targetDir: snapDir, memory: true });
+    const child = testSandboxId();
+    created.add(child);
+    await driver.fork(id, { template, resources: RESOURCES, children: [{ sandboxId: child, hostname: 'c' }] });
+    expect(du()).toBeGreaterThan(start + 5000);
+    await driver.delete(id);
+    await driver.delete(child);
+    await rm(snapDir, { recursive: true, force: true });
+    created.clear();
+    expect(await leftovers(id)).toEqual([]);
+    expect(await leftovers(child)).toEqual([]);
+    expect(du()).toBeLessThanOrEqual(start + 8);
+  });
+});

@@ -1,0 +1,488 @@
+import { randomBytes } from 'node:crypto';
+import { link, mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  type CheckpointInfo,
+  type CreateFromSnapshotOptions,
+  type CreateOptions,
+  type ForkOptions,
+  RuntimeError,
+  type SnapshotOptions,
+  type SpawnOptions,
+} from '@burrow/runtime';
+import {
+  allocatedBytes,
+  type CheckpointManifest,
+  copySparse,
+  type RuntimeIdentity,
+  readManifest,
+  type StateLocation,
+  verifyState,
+  writeManifest,
+} from './checkpoint-files.js';
+import { detachLoopDevices, loopDevicesUnder, mountsUnder, mustRun, unmountAll } from './host-plumbing.js';
+import { abortError, tail } from './run-command.js';
+import type { RunscCli } from './runsc-cli.js';
+
+/** Undo steps of a half-done operation, run in reverse. */
+type UndoList = Array<() => Promise<void>>;
+
+/** What the checkpointer needs from the driver. */
+export interface CheckpointHost {
+  readonly runsc: RunscCli;
+  paths(sandboxId: string): { dir: string; image: string; diskDir: string; rootfs: string; checkpointDir: string };
+  /** Mount disk and overlay and write the bundle; pushes undo steps. */
+  prepareBundle(options: CreateOptions, made: UndoList): Promise<void>;
+  /** Run a runsc step whose output goes to the sandbox's logs. @throws RuntimeError with the log tail */
+  runscStep(sandboxId: string, args: string[], step: string, signal: AbortSignal | undefined): Promise<void>;
+  /** After a container runs again: OOM preferences, counters. */
+  started(sandboxId: string, sentryPid: number): Promise<void>;
+  /** Remove the sandbox's cgroup directories. */
+  removeCgroups(sandboxId: string): Promise<void>;
+  /** Create and start a fresh container on the sandbox's (existing) disk. */
+  create(options: CreateOptions): Promise<void>;
+  /** Remove every host resource of a sandbox. */
+  delete(sandboxId: string): Promise<void>;
+  warn(object: object, message: string): void;
+}
+
+/** FIFO inside the sandbox (on gVisor's own /dev tmpfs) that the init-side spawner reads requests from. */
+export const SPAWN_FIFO = '/dev/.burrow-spawn';
+
+/**
+ * The container's init command under tini: a shell that starts each line written to {@link SPAWN_FIFO} as a
+ * detached session. gVisor kills every process descended from `runsc exec` when it restores an image (their
+ * caller is gone), so processes that must survive pause, resume and fork are started from the init's tree.
+ */
+export const SPAWNER_ARGV = [
+  '/bin/sh',
+  '-c',
+  `f=${SPAWN_FIFO}; rm -f $f; mkfifo -m 600 $f; while :; do while IFS= read -r line; do ` +
+    'setsid /bin/sh -c "$line" </dev/null >/dev/null 2>&1 & done < $f; done',
+];
+
+/** The argv (run with `runsc exec`) that asks the spawner to start `options.argv` in `cwd` with exactly `env`. */
+export function spawnRequestArgv(options: SpawnOptions): string[] {
+  const env = Object.entries(options.env).map(([k, v]) => shellQuote(`${k}=${v}`));
+  const line = `cd ${shellQuote(options.cwd)} && exec env -i ${env.join(' ')} ${options.argv.map(shellQuote).join(' ')}`;
+  if (line.includes('\n')) throw new RuntimeError('a spawned command may not contain a newline');
+  return ['/bin/sh', '-c', `printf '%s\\n' "$1" > ${SPAWN_FIFO}`, 'spawn', line];
+}
+
+function shellQuote(value: string): string {
+  return `'${value.replace(/'/g, `'\\''`)}'`;
+}
+
+/** Most children restored at once by a fork: restores are CPU-bound in runsc. */
+const FORK_CONCURRENCY = 4;
+
+/**
+ * Pause, resume, stop, fork and snapshots on gVisor. The measured recipe (docs/adr/0002): `runsc pause` →
+ * `checkpoint --leave-running --compression=none --direct` → SIGKILL the sentry, so a failed checkpoint never
+ * kills the sandbox and nothing runs between the checkpoint and the end; then unmount so the disk is frozen with
+ * the image. Resume verifies checksums, mounts again and `restore --direct`s into the same id.
+ */
+export class GvisorCheckpointer {
+  private runtimeIdentity: RuntimeIdentity | null = null;
+  /** Container teardowns still finishing after a pause (runsc waits for the dead sentry to be reaped). */
+  private readonly releasing = new Map<string, Promise<void>>();
+
+  constructor(private readonly host: CheckpointHost) {}
+
+  /** Where the pause state of a sandbox lives. */
+  pauseLocation(sandboxId: string): StateLocation {
+    const paths = this.host.paths(sandboxId);
+    return {
+      imageDir: join(paths.checkpointDir, 'image'),
+      diskPath: paths.image,
+      manifestPath: join(paths.checkpointDir, 'manifest.json'),
+    };
+  }
+
+  /** Whether a complete pause image is on the host. */
+  async isPaused(sandboxId: string): Promise<boolean> {
+    return (await readManifest(this.pauseLocation(sandboxId)).catch(() => null)) !== null;
+  }
+
+  async runtime(): Promise<RuntimeIdentity> {
+    if (this.runtimeIdentity === null) {
+      const result = await this.host.runsc.run(['--version']);
+      const line = result.stdout.split('\n')[0]?.trim() ?? '';
+      if (result.exitCode !== 0 || line === '') throw new RuntimeError('runsc --version failed', result.stderr);
+      this.runtimeIdentity = { runscVersion: line, platform: this.host.runsc.platform };
+    }
+    return this.runtimeIdentity;
+  }
+
+  async pause(sandboxId: string, signal?: AbortSignal): Promise<CheckpointInfo> {
+    const location = this.pauseLocation(sandboxId);
+    const paths = this.host.paths(sandboxId);
+    const done = await readManifest(location);
+    if (done !== null) {
+      await this.releaseContainer(sandboxId);
+      return this.info(done, location);
+    }
+    const state = await this.host.runsc.state(sandboxId);
+    const imageComplete = (await readdir(location.imageDir).catch(() => [] as string[])).includes('checkpoint.img');
+    if ((state === null || state.status === 'stopped') && imageComplete) {
+      // A crash after the checkpoint succeeded and the sentry was killed: finish the pause.
+      await this.releaseContainer(sandboxId);
+      return this.info(await this.seal(sandboxId, location), location);
+    }
+    if (state === null || (state.status !== 'running' && state.status !== 'paused')) {
+      throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'}; only a running sandbox pauses`);
+    }
+    if (signal?.aborted) throw abortError(signal);
+    if (state.status === 'running') await this.mustRunsc(['pause', sandboxId], 'pause');
+    await rm(paths.checkpointDir, { recursive: true, force: true });
+    await mkdir(location.imageDir, { recursive: true });
+    const result = await this.host.runsc.run(
+      [
+        'checkpoint',
+        '--leave-running',
+        '--compression=none',
+        '--direct',
+        `--image-path=${location.imageDir}`,
+        sandboxId,
+      ],
+      { timeoutMs: 600_000 },
+    );
+    if (result.exitCode !== 0) {
+      await this.host.runsc.run(['resume', sandboxId]);
+      await rm(paths.checkpointDir, { recursive: true, force: true });
+      throw new RuntimeError(`checkpoint of ${sandboxId} failed; it keeps running`, tail(result.stderr, 10));
+    }
+    // Nothing may run between the checkpoint and the end of the sentry: the disk must match the image.
+    await killAndWait(state.pid);
+    await this.releaseContainer(sandboxId, { wait: false });
+    return this.info(await this.seal(sandboxId, location), location);
+  }
+
+  async resume(options: CreateOptions): Promise<void> {
+    const { sandboxId } = options;
+    const location = this.pauseLocation(sandboxId);
+    const paths = this.host.paths(sandboxId);
+    const state = await this.host.runsc.state(sandboxId);
+    if (state?.status === 'running') {
+      // A crash after the restore: the image is spent.
+      await rm(paths.checkpointDir, { recursive: true, force: true });
+      return;
+    }
+    await verifyState(location, { runtime: await this.runtime(), memory: true, sandboxId });
+    await this.releaseContainer(sandboxId);
+    await this.restoreInto(options, location.imageDir);
+    await rm(paths.checkpointDir, { recursive: true, force: true });
+  }
+
+  async stop(sandboxId: string): Promise<void> {
+    const paths = this.host.paths(sandboxId);
+    const state = await this.host.runsc.state(sandboxId);
+    if (state !== null && state.pid > 0 && state.status !== 'stopped') await killAndWait(state.pid);
+    await this.releaseContainer(sandboxId);
+    await rm(paths.checkpointDir, { recursive: true, force: true });
+  }
+
+  async snapshot(sandboxId: string, options: SnapshotOptions): Promise<CheckpointInfo> {
+    const target = snapshotLocation(options.targetDir);
+    const paths = this.host.paths(sandboxId);
+    await mkdir(options.targetDir, { recursive: true });
+    if ((await readdir(options.targetDir)).length > 0) {
+      throw new RuntimeError(`snapshot target ${options.targetDir} is not empty`);
+    }
+    try {
+      const paused = await readManifest(this.pauseLocation(sandboxId));
+      if (paused !== null) {
+        if (options.memory) await linkOrCopyDir(this.pauseLocation(sandboxId).imageDir, target.imageDir);
+        await copySparse(paths.image, target.diskPath);
+        const image = options.memory ? paused.image : [];
+        return this.info(await this.sealAt(sandboxId, target, options.memory, image), target);
+      }
+      const state = await this.host.runsc.state(sandboxId);
+      if (state === null || state.status === 'stopped') {
+        if (options.memory) throw new RuntimeError(`sandbox ${sandboxId} does not run: no memory to snapshot`);
+        await copySparse(paths.image, target.diskPath);
+        return this.info(await this.sealAt(sandboxId, target, false), target);
+      }
+      await this.holdStill(sandboxId, state.status, async () => {
+        if (options.memory) {
+          await mkdir(target.imageDir, { recursive: true });
+          await this.mustRunsc(
+            [
+              'checkpoint',
+              '--leave-running',
+              '--compression=none',
+              '--direct',
+              `--image-path=${target.imageDir}`,
+              sandboxId,
+            ],
+            'checkpoint',
+          );
+        }
+        await flushDisk(paths.rootfs, paths.diskDir);
+        await copySparse(paths.image, target.diskPath);
+      });
+      return this.info(await this.sealAt(sandboxId, target, options.memory), target);
+    } catch (error) {
+      await rm(options.targetDir, { recursive: true, force: true });
+      throw error;
+    }
+  }
+
+  async createFromSnapshot(options: CreateFromSnapshotOptions, verified = false): Promise<void> {
+    const source = snapshotLocation(options.sourceDir);
+    if (!verified) await verifyState(source, { runtime: await this.runtime(), memory: options.memory });
+    const paths = this.host.paths(options.sandboxId);
+    if ((await this.host.runsc.state(options.sandboxId))?.status === 'running') return;
+    const made: UndoList = [];
+    try {
+      const existed = await stat(paths.dir).then(
+        () => true,
+        () => false,
+      );
+      if (!existed) made.push(() => this.host.delete(options.sandboxId));
+      await mkdir(paths.dir, { recursive: true });
+      await rm(paths.image, { force: true });
+      await copySparse(source.diskPath, paths.image);
+      if (options.memory) {
+        await this.restoreInto(options, source.imageDir);
+        await this.setHostname(options.sandboxId, options.hostname);
+      } else {
+        await this.host.create(options);
+      }
+    } catch (error) {
+      for (const undo of made.reverse()) await undo().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  async fork(sandboxId: string, options: ForkOptions): Promise<void> {
+    const paths = this.host.paths(sandboxId);
+    const tag = randomBytes(6).toString('hex');
+    const pointDir = join(paths.dir, `fork-${tag}`);
+    const created: string[] = [];
+    try {
+      await this.snapshot(sandboxId, { targetDir: pointDir, memory: true });
+      const queue = [...options.children];
+      const worker = async (): Promise<void> => {
+        for (let child = queue.shift(); child !== undefined; child = queue.shift()) {
+          if (options.signal?.aborted) throw abortError(options.signal);
+          created.push(child.sandboxId);
+          await this.createFromSnapshot(
+            {
+              sandboxId: child.sandboxId,
+              hostname: child.hostname,
+              template: options.template,
+              resources: options.resources,
+              sourceDir: pointDir,
+              memory: true,
+            },
+            true,
+          );
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(FORK_CONCURRENCY, options.children.length) }, worker));
+    } catch (error) {
+      for (const id of created) await this.host.delete(id).catch(() => undefined);
+      throw error;
+    } finally {
+      await rm(pointDir, { recursive: true, force: true });
+    }
+  }
+
+  async settle(sandboxId: string): Promise<void> {
+    const paths = this.host.paths(sandboxId);
+    const entries = await readdir(paths.dir).catch(() => [] as string[]);
+    for (const name of entries) {
+      if (name.startsWith('fork-')) await rm(join(paths.dir, name), { recursive: true, force: true });
+    }
+    const paused = await readManifest(this.pauseLocation(sandboxId)).catch(() => null);
+    const state = await this.host.runsc.state(sandboxId);
+    if (paused === null && state?.status === 'paused') {
+      // Held still by a fork or snapshot that a crash interrupted (a pause would have left an image or killed it).
+      const imageStarted = await stat(paths.checkpointDir).then(
+        () => true,
+        () => false,
+      );
+      if (!imageStarted) await this.host.runsc.run(['resume', sandboxId]);
+    }
+  }
+
+  /** Restore an image into a fresh container of `options.sandboxId` on its mounted disk; undoes itself on failure. */
+  private async restoreInto(options: CreateOptions, imageDir: string): Promise<void> {
+    const { sandboxId } = options;
+    const paths = this.host.paths(sandboxId);
+    const made: UndoList = [];
+    try {
+      if ((await stat(paths.image).catch(() => null)) === null) {
+        throw new RuntimeError(`the disk of ${sandboxId} is missing; it cannot be restored`);
+      }
+      await this.host.prepareBundle(options, made);
+      made.push(async () => {
+        await this.host.runsc.run(['delete', '-force', sandboxId]);
+        await this.host.removeCgroups(sandboxId);
+      });
+      await this.host.runscStep(
+        sandboxId,
+        ['restore', '--direct', `--image-path=${imageDir}`, '--bundle', paths.dir, '--detach', sandboxId],
+        'restore',
+        options.signal,
+      );
+      const state = await this.host.runsc.state(sandboxId);
+      if (state?.status !== 'running') {
+        throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'} right after restore`);
+      }
+      await this.host.started(sandboxId, state.pid);
+    } catch (error) {
+      for (const undo of made.reverse()) await undo().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /** Give a restored child its own hostname (the UTS namespace is part of the image). */
+  private async setHostname(sandboxId: string, hostname: string): Promise<void> {
+    const result = await this.host.runsc.run(['exec', '--cap', 'CAP_SYS_ADMIN', sandboxId, 'hostname', hostname]);
+    if (result.exitCode !== 0) {
+      this.host.warn({ sandboxId, stderr: tail(result.stderr, 5) }, 'setting the hostname of a fork failed');
+    }
+  }
+
+  /** Hold a running container still (runsc pause) while `step` runs, then let it continue. */
+  private async holdStill(sandboxId: string, status: string, step: () => Promise<void>): Promise<void> {
+    if (status === 'running') await this.mustRunsc(['pause', sandboxId], 'pause');
+    try {
+      await step();
+    } finally {
+      const resumed = await this.host.runsc.run(['resume', sandboxId]);
+      if (resumed.exitCode !== 0) this.host.warn({ sandboxId, stderr: resumed.stderr }, 'runsc resume failed');
+    }
+  }
+
+  /** Unmount (freezing the disk), then drop the container and cgroups; with `wait: false` the runsc teardown finishes in the background. */
+  private async releaseContainer(sandboxId: string, options: { wait?: boolean } = {}): Promise<void> {
+    const paths = this.host.paths(sandboxId);
+    const pending = this.releasing.get(sandboxId);
+    if (pending) await pending;
+    await unmountStrict(paths.rootfs);
+    await unmountStrict(paths.diskDir);
+    await waitForDiskRelease(paths.dir);
+    const teardown = (async () => {
+      if ((await this.host.runsc.state(sandboxId)) !== null) {
+        await this.host.runsc.run(['delete', '-force', sandboxId]);
+      }
+      await this.host.removeCgroups(sandboxId);
+    })();
+    if (options.wait === false) {
+      const tracked = teardown
+        .catch((error: unknown) => this.host.warn({ sandboxId, err: error }, 'container teardown after pause failed'))
+        .finally(() => this.releasing.delete(sandboxId));
+      this.releasing.set(sandboxId, tracked);
+      return;
+    }
+    await teardown;
+  }
+
+  /** Wait for the background teardown of `sandboxId` after a pause, if one runs. */
+  async released(sandboxId: string): Promise<void> {
+    await this.releasing.get(sandboxId);
+  }
+
+  private async seal(sandboxId: string, location: StateLocation): Promise<CheckpointManifest> {
+    return this.sealAt(sandboxId, location, true);
+  }
+
+  private async sealAt(
+    sandboxId: string,
+    location: StateLocation,
+    memory: boolean,
+    image?: CheckpointManifest['image'],
+  ): Promise<CheckpointManifest> {
+    return writeManifest(location, {
+      sandboxId,
+      runtime: await this.runtime(),
+      memory,
+      ...(image === undefined ? {} : { image }),
+    });
+  }
+
+  private async info(manifest: CheckpointManifest, location: StateLocation): Promise<CheckpointInfo> {
+    return {
+      imageSizeBytes: manifest.image.reduce((sum, f) => sum + f.sizeBytes, 0),
+      diskSizeBytes: await allocatedBytes(location.diskPath).catch(() => manifest.diskAllocatedBytes),
+      runtimeVersion: `${manifest.runscVersion} ${manifest.platform}`,
+    };
+  }
+
+  private async mustRunsc(args: string[], step: string): Promise<void> {
+    const result = await this.host.runsc.run(args);
+    if (result.exitCode !== 0) {
+      throw new RuntimeError(`runsc ${step} failed (exit ${result.exitCode ?? result.signal})`, tail(result.stderr));
+    }
+  }
+}
+
+/** Layout of a snapshot directory: `manifest.json`, `disk.img`, `image/`. */
+export function snapshotLocation(dir: string): StateLocation {
+  return { imageDir: join(dir, 'image'), diskPath: join(dir, 'disk.img'), manifestPath: join(dir, 'manifest.json') };
+}
+
+/** SIGKILL a host process and wait until it has exited (a zombie counts: its files are closed). */
+async function killAndWait(pid: number, timeoutMs = 10_000): Promise<void> {
+  if (pid <= 0) return;
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    return;
+  }
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
+    if (stat === null) return;
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    if (state === 'Z' || state === 'X') return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  throw new RuntimeError(`process ${pid} did not exit after SIGKILL`);
+}
+
+/** Unmount everything under `dir`, retrying while busy; never lazily, so the disk really is released. */
+async function unmountStrict(dir: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    const before = await mountsUnder(dir);
+    if (before.length === 0) return;
+    if (attempt === 50) throw new RuntimeError(`cannot unmount ${before.join(', ')}: busy`);
+    await unmountAll(dir, { lazy: false });
+    if ((await mountsUnder(dir)).length > 0) await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/**
+ * Wait until the disk's loop device is gone. The gofer and sentry hold the filesystem in their own mount
+ * namespaces, so it stays alive (and is written to at its final unmount) after the host unmount until they have
+ * exited; only then is the disk image frozen.
+ */
+async function waitForDiskRelease(sandboxDir: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    await detachLoopDevices(sandboxDir);
+    const left = await loopDevicesUnder(sandboxDir);
+    if (left.length === 0) return;
+    if (Date.now() > deadline) throw new RuntimeError(`the disk is still in use: ${left.join(', ')}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** Write back everything cached for the overlay and the disk, so a copy of the disk image sees it. */
+async function flushDisk(rootfs: string, diskDir: string): Promise<void> {
+  await mustRun('sync', ['-f', rootfs, diskDir], 'syncing the disk');
+}
+
+/** Hard-link every file of `from` into a new `to` (images are immutable), copying across filesystems. */
+async function linkOrCopyDir(from: string, to: string): Promise<void> {
+  await mkdir(to, { recursive: true });
+  for (const name of await readdir(from)) {
+    await link(join(from, name), join(to, name)).catch(async (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EXDEV') throw error;
+      await copySparse(join(from, name), join(to, name));
+    });
+  }
+}
