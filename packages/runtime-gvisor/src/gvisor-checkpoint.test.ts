@@ -7,7 +7,7 @@ import { CheckpointRejectedError, type TemplateRef } from '@burrow/runtime';
 import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { GvisorDriver } from './gvisor-driver.js';
-import { cgroupDirs, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
+import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
 import { buildTemplate } from './template-builder.js';
 
@@ -76,7 +76,7 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', () =>
     const found: string[] = [];
     if ((await runsc.list()).includes(id)) found.push('runsc container');
     found.push(...(await mountsUnder(dir)), ...(await loopDevicesUnder(dir)));
-    found.push(...(await cgroupDirs('/sys/fs/cgroup', 'burrow', id)));
+    found.push(...(await findSandboxCgroups('/sys/fs/cgroup', id)));
     return found;
   };
 

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runDriverConformance } from '@burrow/runtime/conformance';
 import { GvisorDriver } from './gvisor-driver.js';
-import { cgroupDirs, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
+import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
 import { buildTemplate } from './template-builder.js';
 
@@ -23,7 +23,7 @@ runDriverConformance('gvisor', async () => {
       const found: string[] = [];
       if ((await runsc.list()).includes(sandboxId)) found.push('runsc container');
       found.push(...(await mountsUnder(dir)), ...(await loopDevicesUnder(dir)));
-      found.push(...(await cgroupDirs('/sys/fs/cgroup', 'burrow', sandboxId)));
+      found.push(...(await findSandboxCgroups('/sys/fs/cgroup', sandboxId)));
       return found;
     },
     async cleanup() {

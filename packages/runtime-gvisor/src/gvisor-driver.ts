@@ -1,6 +1,6 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { chmod, mkdir, open, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { SandboxIdSchema } from '@burrow/contract';
 import {
   type Capability,
@@ -24,6 +24,7 @@ import {
   cgroupDirs,
   createDiskImage,
   detachLoopDevices,
+  killCgroupProcesses,
   loopDevicesUnder,
   mountDiskImage,
   mountOverlay,
@@ -39,6 +40,7 @@ import { type GvisorPlatform, RunscCli } from './runsc-cli.js';
 import { startSandboxProcess } from './sandbox-process.js';
 
 /** Parent cgroup of every sandbox: `/burrow/<sandboxId>` in each v1 hierarchy. */
+/** Parent of every Burrow instance's cgroups; each instance (data dir) has its own child, see `cgroupParent`. */
 const CGROUP_PARENT = 'burrow';
 
 /** Structured logger the driver writes to (pino-compatible subset). */
@@ -95,6 +97,11 @@ export class GvisorDriver implements RuntimeDriver {
   private readonly dataDir: string;
   private readonly cgroupRoot: string;
   private readonly maxProcesses: number;
+  /**
+   * This instance's cgroup parent, `burrow/<12 hex of sha256(dataDir)>`: two servers (or a server and the tests)
+   * on one host never see, count or reap each other's sandboxes.
+   */
+  private readonly cgroupParent: string;
   private readonly platform: GvisorPlatform;
   private readonly logger: DriverLogger | undefined;
   /** Last seen memory-cgroup `oom_kill` counter per sandbox. */
@@ -112,6 +119,7 @@ export class GvisorDriver implements RuntimeDriver {
     );
     this.cgroupRoot = options.cgroupRoot ?? '/sys/fs/cgroup';
     this.maxProcesses = options.maxProcesses ?? 1024;
+    this.cgroupParent = `${CGROUP_PARENT}/${createHash('sha256').update(resolve(options.dataDir)).digest('hex').slice(0, 12)}`;
     this.logger = options.logger;
     this.checkpointer = new GvisorCheckpointer({
       runsc: this.runsc,
@@ -272,6 +280,9 @@ export class GvisorDriver implements RuntimeDriver {
     if (options.signal?.aborted) throw abortError(options.signal);
     const paths = this.paths(sandboxId);
     await this.checkpointer.released(sandboxId);
+    // SIGKILL every host process of the sandbox first (sentry, gofer, stubs: all in its pids cgroup): runsc's own
+    // kill and delete can take a minute against a sandbox under a fork bomb, and a dead sandbox deletes at once.
+    await killCgroupProcesses(join(this.cgroupRoot, 'pids', this.cgroupParent, sandboxId));
     if ((await this.runsc.state(sandboxId)) !== null) {
       await this.runsc.run(['kill', sandboxId, 'KILL']);
       await this.runsc.run(['delete', '-force', sandboxId]);
@@ -303,7 +314,7 @@ export class GvisorDriver implements RuntimeDriver {
       const id = backing.slice(sandboxesDir.length + 1).split('/')[0];
       if (id) ids.add(id);
     }
-    for (const name of await cgroupChildren(this.cgroupRoot, CGROUP_PARENT)) ids.add(name);
+    for (const name of await cgroupChildren(this.cgroupRoot, this.cgroupParent)) ids.add(name);
     return { sandboxIds: [...ids].filter((id) => SandboxIdSchema.safeParse(id).success).sort() };
   }
 
@@ -347,16 +358,24 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   /** Host pids limit: systrap needs about 2 host tasks per guest process, ptrace about 9; doubled for headroom under a fork bomb. */
-  private pidsLimit(): number {
-    return (this.platform === 'systrap' ? 4 : 10) * this.maxProcesses + 128;
+  private pidsLimit(processLimit: number): number {
+    return (this.platform === 'systrap' ? 4 : 10) * processLimit + 128;
+  }
+
+  /**
+   * RLIMIT_NPROC inside: `maxProcesses`, but at most one process per 2 MiB of the memory limit (at least 64), so a
+   * fork bomb hits the graceful process cap before it exhausts memory and the host OOM killer ends the sandbox.
+   */
+  private processLimit(memoryMiB: number): number {
+    return Math.min(this.maxProcesses, Math.max(64, Math.floor(memoryMiB / 2)));
   }
 
   private memoryCgroup(sandboxId: string): string {
-    return join(this.cgroupRoot, 'memory', CGROUP_PARENT, sandboxId);
+    return join(this.cgroupRoot, 'memory', this.cgroupParent, sandboxId);
   }
 
   private cgroupDirsOf(sandboxId: string): Promise<string[]> {
-    return cgroupDirs(this.cgroupRoot, CGROUP_PARENT, sandboxId);
+    return cgroupDirs(this.cgroupRoot, this.cgroupParent, sandboxId);
   }
 
   /**
@@ -411,11 +430,11 @@ export class GvisorDriver implements RuntimeDriver {
       // The sentry-internal tmpfs on /tmp would be invisible to the host: bind the overlay's own /tmp.
       mounts: [{ source: join(paths.rootfs, 'tmp'), destination: '/tmp', readonly: false }],
       limits: {
-        cgroupsPath: `/${CGROUP_PARENT}/${sandboxId}`,
+        cgroupsPath: `/${this.cgroupParent}/${sandboxId}`,
         memoryMiB: options.resources.memoryMiB,
         cpuCount: options.resources.cpuCount,
-        processLimit: this.maxProcesses,
-        pidsLimit: this.pidsLimit(),
+        processLimit: this.processLimit(options.resources.memoryMiB),
+        pidsLimit: this.pidsLimit(this.processLimit(options.resources.memoryMiB)),
       },
     });
     await writeFile(join(paths.dir, 'config.json'), `${JSON.stringify(spec, null, 2)}\n`);

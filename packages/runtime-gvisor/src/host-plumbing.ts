@@ -113,6 +113,32 @@ export async function cgroupChildren(cgroupRoot: string, parent: string): Promis
   return [...names];
 }
 
+/**
+ * Every cgroup directory named `sandboxId` under `<cgroupRoot>/<controller>/burrow/` or one level below it (any
+ * instance's parent), whichever instance made it. For leak checks that must not trust the driver's own bookkeeping.
+ */
+export async function findSandboxCgroups(cgroupRoot: string, sandboxId: string): Promise<string[]> {
+  const found = await cgroupDirs(cgroupRoot, 'burrow', sandboxId);
+  for (const instance of await cgroupChildren(cgroupRoot, 'burrow')) {
+    found.push(...(await cgroupDirs(cgroupRoot, join('burrow', instance), sandboxId)));
+  }
+  return found;
+}
+
+/** SIGKILL every process in a cgroup (`cgroup.procs`); a missing cgroup is fine. */
+export async function killCgroupProcesses(cgroupDir: string): Promise<void> {
+  const text = await readFile(join(cgroupDir, 'cgroup.procs'), 'utf8').catch(() => '');
+  for (const line of text.split('\n')) {
+    const pid = Number.parseInt(line, 10);
+    if (!Number.isInteger(pid) || pid <= 1) continue;
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+}
+
 /** Remove cgroup directories (they must hold no tasks). Errors are left for the caller's verification. */
 export async function removeCgroupDirs(dirs: readonly string[]): Promise<void> {
   for (const dir of dirs) await rmdir(dir).catch(() => undefined);
