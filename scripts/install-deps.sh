@@ -30,4 +30,4 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -q --allow-downgrades "${need[@]}"
 fi
-runsc --version | head -1
+runsc --version | sed -n 1p   # sed reads all input: no SIGPIPE under pipefail

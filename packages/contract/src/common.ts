@@ -28,7 +28,10 @@ export const NameSchema = z
 export const LabelsSchema = z
   .record(
     z.string().regex(/^[a-zA-Z0-9._/-]{1,63}$/, 'label keys use 1-63 of a-z A-Z 0-9 . _ / -'),
-    z.string().max(256),
+    z
+      .string()
+      .max(256)
+      .refine((v) => !v.includes('\0'), 'label values may not contain NUL bytes'),
   )
   .refine((l) => Object.keys(l).length <= 32, 'at most 32 labels');
 

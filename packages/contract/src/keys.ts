@@ -22,7 +22,11 @@ export type ApiKey = z.infer<typeof ApiKeySchema>;
 /** Body of `POST /v1/keys`. Only admin keys may name another tenant or the admin role. */
 export const CreateApiKeyRequestSchema = z
   .object({
-    name: z.string().min(1).max(128),
+    name: z
+      .string()
+      .min(1)
+      .max(128)
+      .refine((n) => !n.includes('\0'), 'key names may not contain NUL bytes'),
     /** Tenant the key acts for. @default the caller's tenant */
     tenantId: NameSchema.optional(),
     role: ApiKeyRoleSchema.default('member'),

@@ -1,0 +1,20 @@
+import { describe, expect, it } from 'vitest';
+import { CreateApiKeyRequestSchema } from './keys.js';
+import { CreateSandboxRequestSchema, ListSandboxesQuerySchema } from './sandbox.js';
+
+// PostgreSQL refuses NUL in text columns: every string that reaches the store must refuse it at validation.
+describe('NUL bytes are refused at validation', () => {
+  it('in label keys and values', () => {
+    expect(CreateSandboxRequestSchema.safeParse({ labels: { k: 'a\0b' } }).success).toBe(false);
+    expect(CreateSandboxRequestSchema.safeParse({ labels: { 'a\0b': 'v' } }).success).toBe(false);
+    expect(CreateSandboxRequestSchema.safeParse({ labels: { k: 'ab' } }).success).toBe(true);
+  });
+  it('in label filters', () => {
+    expect(ListSandboxesQuerySchema.safeParse({ label: 'k=a\0b' }).success).toBe(false);
+    expect(ListSandboxesQuerySchema.safeParse({ label: ['k=v', 'x=y'] }).success).toBe(true);
+  });
+  it('in API key names', () => {
+    expect(CreateApiKeyRequestSchema.safeParse({ name: 'a\0b' }).success).toBe(false);
+    expect(CreateApiKeyRequestSchema.safeParse({ name: 'ci bot' }).success).toBe(true);
+  });
+});
