@@ -97,7 +97,9 @@ export const ListSandboxesQuerySchema = z
       .union([z.string(), z.array(z.string())])
       .optional()
       .transform((v) => (v === undefined ? [] : Array.isArray(v) ? v : [v]))
-      .pipe(z.array(z.string().regex(/^[^=\0]+=[^\0]*$/, 'label filters look like key=value, without NUL bytes')).max(32)),
+      .pipe(
+        z.array(z.string().regex(/^[^=\0]+=[^\0]*$/, 'label filters look like key=value, without NUL bytes')).max(32),
+      ),
     limit: z.coerce.number().int().min(1).max(200).default(50),
     cursor: z.string().max(512).optional(),
   })
