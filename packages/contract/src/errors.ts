@@ -53,6 +53,16 @@ export const ErrorCode = {
   runtimeError: 'runtime_error',
   /** A conflicting operation is in progress on this resource. */
   conflict: 'conflict',
+  /** The sandbox is paused and was created with `autoResume: false`: resume it first. */
+  sandboxPaused: 'sandbox_paused',
+  /** No snapshot with this name or id exists for the caller's tenant. */
+  snapshotNotFound: 'snapshot_not_found',
+  /** A snapshot with this name already exists. */
+  snapshotExists: 'snapshot_exists',
+  /** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
+  checkpointRejected: 'checkpoint_rejected',
+  /** The runtime lacks the capability this call needs (for example `checkpoint`). */
+  unsupported: 'unsupported',
   /** Anything unexpected; the server log carries the details under the request id. */
   internal: 'internal_error',
 } as const;
@@ -86,6 +96,11 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   user_not_found: 400,
   runtime_error: 500,
   conflict: 409,
+  sandbox_paused: 409,
+  snapshot_not_found: 404,
+  snapshot_exists: 409,
+  checkpoint_rejected: 422,
+  unsupported: 501,
   internal_error: 500,
 };
 

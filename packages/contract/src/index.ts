@@ -5,4 +5,5 @@ export * from './exec.js';
 export * from './files.js';
 export * from './keys.js';
 export * from './sandbox.js';
+export * from './snapshots.js';
 export * from './templates.js';

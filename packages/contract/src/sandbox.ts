@@ -28,6 +28,10 @@ export const ConditionSchema = z
   .meta({ id: 'Condition' });
 export type Condition = z.infer<typeof ConditionSchema>;
 
+/** States the API can ask for; the reconciler moves the observed state toward it. */
+export const DesiredStateSchema = z.enum(['running', 'paused', 'stopped', 'deleted']);
+export type DesiredState = z.infer<typeof DesiredStateSchema>;
+
 /** Resource limits of a sandbox. */
 export const ResourcesSchema = z
   .object({
@@ -61,6 +65,12 @@ export const CreateSandboxRequestSchema = z
     labels: LabelsSchema.default({}),
     /** Time to live from creation in ms (1 s to 30 days); the sandbox is deleted when it runs out. `null` for none. @default 3_600_000 (1 hour) */
     timeoutMs: z.number().int().min(1000).max(2_592_000_000).nullable().default(DEFAULT_SANDBOX_TIMEOUT_MS),
+    /** Resume a paused sandbox on an exec or files call; when false those calls fail with `sandbox_paused`. @default true */
+    autoResume: z.boolean().default(true),
+    /** Start from this snapshot (name or `snp_` id) instead of the template; the snapshot's template is used. */
+    fromSnapshot: z.string().min(1).max(64).optional(),
+    /** With `fromSnapshot`: restore processes and memory (the snapshot must hold them); false boots on its files only. @default true */
+    restoreMemory: z.boolean().default(true),
   })
   .strict()
   .meta({ id: 'CreateSandboxRequest' });
@@ -83,6 +93,14 @@ export const SandboxSchema = z
     timeoutMs: z.number().int().nullable(),
     /** When the TTL runs out (ISO-8601), or null if the sandbox has no TTL. */
     expiresAt: InstantSchema.nullable(),
+    /** The state the server is moving the sandbox to (`state` is what it observed last). */
+    desiredState: DesiredStateSchema,
+    /** Whether an exec or files call resumes the sandbox when it is paused. */
+    autoResume: z.boolean(),
+    /** Which layers the sandbox keeps now: its files always; its processes and memory while paused (image on disk) or running. */
+    keeps: z.object({ filesystem: z.boolean(), memory: z.boolean() }),
+    /** Where the sandbox came from: the sandbox it was forked from and the snapshot it was restored from. */
+    lineage: z.object({ parentId: SandboxIdSchema.nullable(), snapshotId: z.string().nullable() }),
     createdAt: InstantSchema,
     updatedAt: InstantSchema,
   })
@@ -102,6 +120,8 @@ export const ListSandboxesQuerySchema = z
       ),
     limit: z.coerce.number().int().min(1).max(200).default(50),
     cursor: z.string().max(512).optional(),
+    /** Only sandboxes forked from this one. */
+    parentId: SandboxIdSchema.optional(),
   })
   .meta({ id: 'ListSandboxesQuery' });
 
@@ -113,3 +133,22 @@ export type SandboxList = z.infer<typeof SandboxListSchema>;
 
 /** Path parameters naming one sandbox. */
 export const SandboxParamsSchema = z.object({ id: SandboxIdSchema });
+
+/** Most sandboxes one fork call makes. */
+export const MAX_FORK_COUNT = 20;
+
+/** Body of `POST /v1/sandboxes/{id}/fork`. */
+export const ForkSandboxRequestSchema = z
+  .object({
+    /** How many children to make (1–20). @default 1 */
+    count: z.number().int().min(1).max(MAX_FORK_COUNT).default(1),
+  })
+  .strict()
+  .meta({ id: 'ForkSandboxRequest' });
+export type ForkSandboxRequest = z.input<typeof ForkSandboxRequestSchema>;
+
+/** Response of a fork: the new sandboxes, running. */
+export const ForkSandboxResponseSchema = z
+  .object({ items: z.array(SandboxSchema) })
+  .meta({ id: 'ForkSandboxResponse' });
+export type ForkSandboxResponse = z.infer<typeof ForkSandboxResponseSchema>;

@@ -9,6 +9,7 @@ import { buildApp } from './http/app.js';
 import type { ZodApp } from './http/zod-app.js';
 import { Reconciler } from './lifecycle/reconciler.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
+import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
 import { ExecService } from './services/exec-service.js';
 import { FileService } from './services/file-service.js';
 import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
@@ -88,6 +89,8 @@ export interface BurrowDeps {
   driver?: RuntimeDriver;
   templateBuilder?: TemplateBuilder;
   capacity?: HostCapacity;
+  /** Where snapshots are kept. @default a LocalDirBlobStore in `<dataDir>/snapshots` */
+  blobs?: BlobStore;
   clock?: Clock;
   logger?: Logger;
 }
@@ -131,6 +134,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     'the server stopped during the build; delete the template and build again',
   );
   const mutex = new KeyedMutex();
+  const blobs = deps.blobs ?? new LocalDirBlobStore(join(config.dataDir, 'snapshots'));
   const keys = new KeyService({ keys: store.keys, clock, logger });
   const templates = new TemplateService({
     templates: store.templates,
@@ -144,6 +148,8 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     templates,
     driver,
     capacity: deps.capacity ?? hostCapacity(config.dataDir),
+    snapshots: store.snapshots,
+    blobs,
     mutex,
     clock,
     logger,
@@ -157,7 +163,16 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     files: new FileService({ sandboxes, driver, mutex }),
     driverName: driver.name,
   };
-  const reconciler = new Reconciler({ sandboxes: store.sandboxes, service: sandboxes, driver, mutex, clock, logger });
+  const reconciler = new Reconciler({
+    sandboxes: store.sandboxes,
+    snapshots: store.snapshots,
+    blobs,
+    service: sandboxes,
+    driver,
+    mutex,
+    clock,
+    logger,
+  });
   const app = await buildApp({ services, logger, bodyLimitBytes: config.bodyLimitBytes });
   return {
     app,

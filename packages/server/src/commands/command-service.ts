@@ -102,7 +102,7 @@ export class CommandService {
    */
   async view(caller: Principal, id: string): Promise<CommandView> {
     return this.deps.mutex.run(id, async () => {
-      const sandbox = await this.deps.sandboxes.require(caller.tenantId, id);
+      const sandbox = await this.deps.sandboxes.requireRunning(caller.tenantId, id);
       if (sandbox.state !== 'running') {
         throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
           hint: sandbox.state === 'error' ? 'delete it and create a new one' : 'resume or start it, then retry',

@@ -20,6 +20,7 @@ import { mapError } from './error-mapping.js';
 import { registerExecStreamRoutes } from './exec-stream-routes.js';
 import { registerFileRoutes } from './file-routes.js';
 import { registerKeyRoutes } from './key-routes.js';
+import { registerPersistenceRoutes } from './persistence-routes.js';
 import { bearerSecret } from './principal.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
@@ -129,6 +130,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
   await app.register(
     async (scope) => {
       registerSandboxRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerPersistenceRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerExecStreamRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerCommandRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerCommandStreamRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);

@@ -1,7 +1,9 @@
 import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
+import type { BlobStore } from '../services/blob-store.js';
 import type { SandboxService } from '../services/sandbox-service.js';
 import type { SandboxStore } from '../store/sandbox-store.js';
+import type { SnapshotStore } from '../store/snapshot-store.js';
 import type { Clock } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import { decideSandbox, findOrphans } from './ttl-policy.js';
@@ -18,6 +20,8 @@ export interface ReconcileReport {
 /** Dependencies of the {@link Reconciler}. */
 export interface ReconcilerDeps {
   sandboxes: SandboxStore;
+  snapshots: SnapshotStore;
+  blobs: BlobStore;
   service: SandboxService;
   driver: RuntimeDriver;
   mutex: KeyedMutex;
@@ -69,9 +73,47 @@ export class Reconciler {
     await this.running?.catch(() => undefined);
   }
 
+  /** Whether the first pass (the one after a start, which settles interrupted host steps) has run. */
+  private settled = false;
+
+  /**
+   * After a start: let the driver finish or undo host steps a crash interrupted (a fork that left its parent held
+   * still), and drop snapshots whose bytes never became durable.
+   */
+  private async settleAfterStart(report: ReconcileReport): Promise<void> {
+    const { sandboxes, driver, mutex, snapshots, blobs } = this.deps;
+    for (const row of await sandboxes.listAcrossTenants()) {
+      if (mutex.isBusy(row.id)) continue;
+      await mutex
+        .run(row.id, () => driver.settle(row.id))
+        .catch((error: unknown) => report.failures.push({ id: row.id, message: (error as Error).message }));
+    }
+    for (const snapshot of await snapshots.listAcrossTenants()) {
+      if (snapshot.state !== 'creating' || mutex.isBusy(snapshot.sandboxId)) continue;
+      await blobs.delete(snapshot.id).catch(() => undefined);
+      await snapshots.remove(snapshot.id);
+      report.finished.push(snapshot.id);
+    }
+  }
+
+  /** Remove blobs that no snapshot row owns (a crash between writing the bytes and the row). */
+  private async reapSnapshots(report: ReconcileReport): Promise<void> {
+    const { snapshots, blobs } = this.deps;
+    const owned = new Set((await snapshots.listAcrossTenants()).map((s) => s.id));
+    for (const key of await blobs.keys()) {
+      if (owned.has(key)) continue;
+      await blobs.delete(key).catch(() => undefined);
+      report.orphansReaped.push(key);
+    }
+  }
+
   private async pass(): Promise<ReconcileReport> {
     const { sandboxes, driver, mutex, clock, logger } = this.deps;
     const report: ReconcileReport = { expired: [], finished: [], markedError: [], orphansReaped: [], failures: [] };
+    if (!this.settled) {
+      this.settled = true;
+      await this.settleAfterStart(report);
+    }
     // Host first, rows second: a sandbox created in between has a row by the time rows are read.
     const host = await driver.listHostResources();
     const rows = await sandboxes.listAcrossTenants();
@@ -86,6 +128,9 @@ export class Reconciler {
           if (again.action.type === 'expire' || again.action.type === 'finish-interrupted') {
             await this.deps.service.deleteUnderLock(fresh);
             (again.action.type === 'expire' ? report.expired : report.finished).push(fresh.id);
+          } else if (again.action.type === 'finish-transition') {
+            await this.deps.service.persistence.finishInterrupted(fresh);
+            report.finished.push(fresh.id);
           } else if (again.action.type === 'observe') {
             const refreshed = await this.deps.service.refresh(fresh);
             if (refreshed.state === 'error') report.markedError.push(fresh.id);
@@ -107,6 +152,7 @@ export class Reconciler {
         report.failures.push({ id, message: (error as Error).message });
       }
     }
+    await this.reapSnapshots(report);
     const acted =
       report.expired.length +
       report.finished.length +

@@ -23,7 +23,9 @@ export type ReconcileAction =
   /** A `creating` or `deleting` row a previous process left: delete host resources and the row. */
   | { type: 'finish-interrupted' }
   /** A running row: check that its container still exists. */
-  | { type: 'observe' };
+  | { type: 'observe' }
+  /** A `pausing`, `resuming` or `stopping` row a previous process left: finish the step or roll it back. */
+  | { type: 'finish-transition' };
 
 /**
  * Decide what to do with one row, as a pure function of `nowMs`, the row and whether an operation of this
@@ -42,6 +44,9 @@ export function decideSandbox(
     return { action: { type: 'finish-interrupted' }, nextCheckAtMs: null };
   }
   if (facts.state === 'deleted') return { action: { type: 'none' }, nextCheckAtMs: null };
+  if (facts.state === 'pausing' || facts.state === 'resuming' || facts.state === 'stopping') {
+    return { action: { type: 'finish-transition' }, nextCheckAtMs: null };
+  }
   if (expiresMs !== null && expiresMs <= nowMs) return { action: { type: 'expire' }, nextCheckAtMs: null };
   return {
     action: facts.state === 'running' ? { type: 'observe' } : { type: 'none' },

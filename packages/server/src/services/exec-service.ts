@@ -79,7 +79,7 @@ export class ExecService {
    */
   async start(caller: Principal, id: string, input: ExecInput, signal?: AbortSignal): Promise<StartedExec> {
     return this.deps.mutex.run(id, async () => {
-      const sandbox = await this.deps.sandboxes.require(caller.tenantId, id);
+      const sandbox = await this.deps.sandboxes.requireRunning(caller.tenantId, id);
       if (sandbox.state !== 'running') {
         throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
           hint: sandbox.state === 'error' ? 'delete it and create a new one' : 'wait until it runs, then retry',

@@ -31,7 +31,7 @@ export class FileService {
    */
   async with<T>(caller: Principal, id: string, fn: (fs: SandboxFs) => Promise<T>): Promise<T> {
     const fs = await this.deps.mutex.run(id, async () => {
-      const sandbox = await this.deps.sandboxes.require(caller.tenantId, id);
+      const sandbox = await this.deps.sandboxes.requireRunning(caller.tenantId, id);
       if (sandbox.state !== 'running') {
         throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
           hint: 'files are reachable while the sandbox runs',

@@ -4,13 +4,16 @@ import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import { expiresAtFor } from '../lifecycle/ttl-policy.js';
 import type { SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
+import type { SnapshotStore } from '../store/snapshot-store.js';
 import { ApiError, sandboxNotFound } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import { decodeCursor, encodeCursor } from '../util/cursor.js';
 import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
+import type { BlobStore } from './blob-store.js';
 import type { HostCapacity } from './host-capacity.js';
 import type { Principal } from './key-service.js';
+import { PersistenceService, runtimeFailure } from './persistence-service.js';
 import type { TemplateService } from './template-service.js';
 
 /** Most conditions kept per sandbox; older ones are dropped first. */
@@ -26,6 +29,12 @@ export interface CreateSandboxInput {
   diskMiB?: number | undefined;
   labels: Record<string, string>;
   timeoutMs: number | null;
+  /** @default true */
+  autoResume?: boolean | undefined;
+  /** Snapshot name or id to start from. */
+  fromSnapshot?: string | undefined;
+  /** With `fromSnapshot`: restore memory. @default true */
+  restoreMemory?: boolean | undefined;
 }
 
 /** List query after contract parsing. */
@@ -42,6 +51,8 @@ export interface SandboxServiceDeps {
   templates: TemplateService;
   driver: RuntimeDriver;
   capacity: HostCapacity;
+  snapshots: SnapshotStore;
+  blobs: BlobStore;
   mutex: KeyedMutex;
   clock: Clock;
   logger: Logger;
@@ -62,6 +73,10 @@ export function toSandbox(r: SandboxRecord): Sandbox {
     labels: r.labels,
     timeoutMs: r.timeoutMs,
     expiresAt: r.expiresAt,
+    desiredState: r.desiredState,
+    autoResume: r.autoResume,
+    keeps: { filesystem: true, memory: ['running', 'pausing', 'paused', 'resuming'].includes(r.state) },
+    lineage: { parentId: r.parentId, snapshotId: r.snapshotId },
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
   };
@@ -74,19 +89,50 @@ export function withConditions(existing: Condition[], added: Condition[]): Condi
 
 /** Sandboxes: create, list, get (with a fresh look at the host), delete. Operations on one id are serialized. */
 export class SandboxService {
-  constructor(private readonly deps: SandboxServiceDeps) {}
+  /** Pause, resume, stop, start, fork and snapshots of these sandboxes. */
+  readonly persistence: PersistenceService;
+
+  constructor(private readonly deps: SandboxServiceDeps) {
+    this.persistence = new PersistenceService({ ...deps, service: this });
+  }
 
   /**
    * Create a sandbox and return once it runs. A failure at any step removes every host resource and the row.
    * @throws ApiError `template_not_found`, `invalid_request` (resources over capacity), `runtime_error`
    */
   async create(caller: Principal, input: CreateSandboxInput): Promise<Sandbox> {
-    const { record: template, ref } = await this.deps.templates.resolveReady(caller.tenantId, input.template);
-    const resources: Resources = {
-      cpuCount: input.cpuCount ?? DEFAULT_RESOURCES.cpuCount,
-      memoryMiB: input.memoryMiB ?? DEFAULT_RESOURCES.memoryMiB,
-      diskMiB: input.diskMiB ?? DEFAULT_RESOURCES.diskMiB,
-    };
+    const snapshot =
+      input.fromSnapshot === undefined
+        ? null
+        : await this.persistence.requireSnapshot(caller.tenantId, input.fromSnapshot);
+    const restoreMemory = snapshot !== null && input.restoreMemory !== false;
+    if (snapshot !== null && restoreMemory && !snapshot.memory) {
+      throw new ApiError(ErrorCode.invalidRequest, `snapshot ${input.fromSnapshot} holds files only, no memory`, {
+        hint: 'pass restoreMemory: false (CLI: --fs-only) to boot on its files',
+      });
+    }
+    const { template, ref } =
+      snapshot === null
+        ? await this.deps.templates
+            .resolveReady(caller.tenantId, input.template)
+            .then((r) => ({ template: { id: r.record.id, name: r.record.name }, ref: r.ref }))
+        : {
+            template: { id: snapshot.templateId, name: snapshot.template },
+            ref: await this.deps.templates.refById(snapshot.templateId, snapshot.template),
+          };
+    const resources: Resources =
+      snapshot === null
+        ? {
+            cpuCount: input.cpuCount ?? DEFAULT_RESOURCES.cpuCount,
+            memoryMiB: input.memoryMiB ?? DEFAULT_RESOURCES.memoryMiB,
+            diskMiB: input.diskMiB ?? DEFAULT_RESOURCES.diskMiB,
+          }
+        : {
+            cpuCount: input.cpuCount ?? snapshot.settings.cpuCount,
+            // The image's kernel was sized for these: a restore keeps them.
+            memoryMiB: restoreMemory ? snapshot.settings.memoryMiB : (input.memoryMiB ?? snapshot.settings.memoryMiB),
+            diskMiB: snapshot.settings.diskMiB,
+          };
     await this.checkCapacity(resources);
     const id = newId('sbx');
     const logger = this.deps.logger.child({ sandboxId: id, tenantId: caller.tenantId });
@@ -95,11 +141,11 @@ export class SandboxService {
       const record: SandboxRecord = {
         id,
         tenantId: caller.tenantId,
-        template: input.template,
+        template: snapshot === null ? input.template : snapshot.template,
         templateId: template.id,
         state: 'creating',
         conditions: [],
-        env: input.env,
+        env: snapshot === null ? input.env : { ...snapshot.settings.env, ...input.env },
         labels: input.labels,
         cwd: input.cwd,
         hostname: id.replace('_', '-'),
@@ -111,11 +157,20 @@ export class SandboxService {
         createdAt: now,
         updatedAt: now,
         version: 1,
+        desiredState: 'running',
+        autoResume: input.autoResume ?? true,
+        parentId: null,
+        snapshotId: snapshot?.id ?? null,
       };
       await this.deps.sandboxes.insert(record);
       const startedMs = this.deps.clock.nowMs();
       try {
-        await this.deps.driver.create({ sandboxId: id, template: ref, resources, hostname: record.hostname });
+        const options = { sandboxId: id, template: ref, resources, hostname: record.hostname };
+        if (snapshot === null) await this.deps.driver.create(options);
+        else {
+          const sourceDir = await this.deps.blobs.open(snapshot.id);
+          await this.deps.driver.createFromSnapshot({ ...options, sourceDir, memory: restoreMemory });
+        }
         const running = await this.deps.sandboxes.update(
           caller.tenantId,
           id,
@@ -138,6 +193,7 @@ export class SandboxService {
           );
         await this.deps.sandboxes.remove(caller.tenantId, id);
         if (error instanceof ApiError) throw error;
+        if (snapshot !== null) throw runtimeFailure(`creating from snapshot ${input.fromSnapshot} failed`, error);
         throw new ApiError(
           ErrorCode.runtimeError,
           `the runtime could not start the sandbox: ${(error as Error).message}`,
@@ -194,6 +250,21 @@ export class SandboxService {
     const record = await this.deps.sandboxes.get(tenantId, id);
     if (record === null || record.state === 'deleted') throw sandboxNotFound(id);
     return record;
+  }
+
+  /**
+   * The row `id` of `tenantId`, resumed first when it is paused and allows auto-resume. Call under the id's lock.
+   * @throws ApiError `sandbox_not_found`, `sandbox_paused` (auto-resume off), `checkpoint_rejected`, `runtime_error`
+   */
+  async requireRunning(tenantId: string, id: string): Promise<SandboxRecord> {
+    const record = await this.require(tenantId, id);
+    if (record.state !== 'paused') return record;
+    if (!record.autoResume) {
+      throw new ApiError(ErrorCode.sandboxPaused, `sandbox ${id} is paused`, {
+        hint: 'resume it first (`burrow resume ID`, POST /v1/sandboxes/{id}/resume); it was created with autoResume: false',
+      });
+    }
+    return this.persistence.resumeUnderLock(record);
   }
 
   /** Observe a running sandbox on the host and record events and a vanished or exited container. Call under the id's lock. */
@@ -267,6 +338,10 @@ export class SandboxService {
         hint: 'the server retries in the background; delete again later to check',
         cause: error,
       });
+    }
+    for (const snapshot of await this.deps.snapshots.unnamedOf(record.id)) {
+      await this.deps.blobs.delete(snapshot.id);
+      await this.deps.snapshots.remove(snapshot.id);
     }
     await this.deps.sandboxes.remove(record.tenantId, record.id);
     logger.info('sandbox deleted');

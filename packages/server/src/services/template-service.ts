@@ -105,6 +105,16 @@ export class TemplateService {
   }
 
   /**
+   * The root filesystem of template content address `id` on this node (a sandbox keeps the id it started from).
+   * @throws ApiError `template_not_found` when its files are gone
+   */
+  async refById(id: string, name: string): Promise<TemplateRef> {
+    const ref = await this.deps.builder.find(id);
+    if (ref === null) throw templateNotFound(name, `(${id.slice(0, 12)}) is missing on this node`);
+    return ref;
+  }
+
+  /**
    * Build template `request.name` for the caller's tenant and wait for it. Admin only.
    * @returns the ready template
    * @throws ApiError `forbidden`, `template_exists`, `template_not_found` (parent), `template_build_failed`

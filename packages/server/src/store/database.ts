@@ -39,6 +39,35 @@ export interface SandboxesTable {
   updated_at: string;
   /** Incremented by every write; writes are fenced on the version they read. */
   version: number;
+  /** What the API asked for (`running | paused | stopped | deleted`); null on rows from before 0100 (running). */
+  desired_state: string | null;
+  /** 1 when exec and file calls resume the sandbox from paused; null on old rows (yes). */
+  auto_resume: number | null;
+  /** The sandbox this one was forked from. */
+  parent_id: string | null;
+  /** The snapshot this one was restored from. */
+  snapshot_id: string | null;
+}
+
+/** `snapshots`: immutable records of a sandbox's state; the bytes live in the BlobStore under `id`. */
+export interface SnapshotsTable {
+  id: string;
+  tenant_id: string;
+  /** Null for unnamed snapshots, which are deleted with their sandbox. */
+  name: string | null;
+  sandbox_id: string;
+  template: string;
+  template_id: string;
+  /** 1 when it holds processes and memory. */
+  memory: number;
+  /** `creating` until its bytes are durable, then `ready`. */
+  state: string;
+  image_size_bytes: number;
+  disk_size_bytes: number;
+  runtime_version: string;
+  /** JSON: env, cwd, resources and autoResume of the source sandbox, for sandboxes made from it. */
+  settings: string;
+  created_at: string;
 }
 
 /** `sandbox_labels`: one row per label, for portable `key=value` filters. */
@@ -72,6 +101,7 @@ export interface DB {
   sandboxes: SandboxesTable;
   sandbox_labels: SandboxLabelsTable;
   templates: TemplatesTable;
+  snapshots: SnapshotsTable;
 }
 
 /** Which SQL engine a database runs on. */

@@ -77,6 +77,40 @@ const MIGRATIONS: Record<string, Migration> = {
       }
     },
   },
+  '0100_persistence': {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable('sandboxes').addColumn('desired_state', 'text').execute();
+      await db.schema.alterTable('sandboxes').addColumn('auto_resume', 'integer').execute();
+      await db.schema.alterTable('sandboxes').addColumn('parent_id', 'text').execute();
+      await db.schema.alterTable('sandboxes').addColumn('snapshot_id', 'text').execute();
+      await db.schema
+        .createTable('snapshots')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('tenant_id', 'text', (c) => c.notNull())
+        .addColumn('name', 'text')
+        .addColumn('sandbox_id', 'text', (c) => c.notNull())
+        .addColumn('template', 'text', (c) => c.notNull())
+        .addColumn('template_id', 'text', (c) => c.notNull())
+        .addColumn('memory', 'integer', (c) => c.notNull())
+        .addColumn('state', 'text', (c) => c.notNull())
+        .addColumn('image_size_bytes', 'double precision', (c) => c.notNull())
+        .addColumn('disk_size_bytes', 'double precision', (c) => c.notNull())
+        .addColumn('runtime_version', 'text', (c) => c.notNull())
+        .addColumn('settings', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex('snapshots_tenant_name')
+        .on('snapshots')
+        .columns(['tenant_id', 'name'])
+        .unique()
+        .execute();
+      await db.schema.createIndex('snapshots_sandbox').on('snapshots').columns(['sandbox_id']).execute();
+    },
+    async down(db: Kysely<unknown>) {
+      await db.schema.dropTable('snapshots').ifExists().execute();
+    },
+  },
 };
 
 class StaticMigrationProvider implements MigrationProvider {
@@ -90,7 +124,9 @@ class StaticMigrationProvider implements MigrationProvider {
  * @throws Error when a migration fails (the message names it)
  */
 export async function migrateToLatest(db: Kysely<DB>): Promise<void> {
-  const migrator = new Migrator({ db, provider: new StaticMigrationProvider() });
+  // Issues add migrations in parallel under separate number ranges (0100 persistence, 0200 exec): allow a range to
+  // land after a higher one has run.
+  const migrator = new Migrator({ db, provider: new StaticMigrationProvider(), allowUnorderedMigrations: true });
   const { error, results } = await migrator.migrateToLatest();
   if (error !== undefined) {
     const failed = results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';

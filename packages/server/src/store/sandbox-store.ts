@@ -1,4 +1,4 @@
-import type { Condition, SandboxState } from '@burrow/contract';
+import type { Condition, DesiredState, SandboxState } from '@burrow/contract';
 import type { Kysely, Selectable } from 'kysely';
 import type { PageCursor } from '../util/cursor.js';
 import type { DB, SandboxesTable } from './database.js';
@@ -23,6 +23,10 @@ export interface SandboxRecord {
   createdAt: string;
   updatedAt: string;
   version: number;
+  desiredState: DesiredState;
+  autoResume: boolean;
+  parentId: string | null;
+  snapshotId: string | null;
 }
 
 /** Filters and page of {@link SandboxStore.list}. */
@@ -32,10 +36,12 @@ export interface ListSandboxesOptions {
   labels: Array<[string, string]>;
   limit: number;
   after?: PageCursor | null | undefined;
+  /** Only children of this sandbox. */
+  parentId?: string | undefined;
 }
 
 /** Fields a fenced update may change. */
-export type SandboxPatch = Partial<Pick<SandboxRecord, 'state' | 'conditions'>>;
+export type SandboxPatch = Partial<Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState'>>;
 
 function toRecord(row: Selectable<SandboxesTable>): SandboxRecord {
   return {
@@ -57,6 +63,10 @@ function toRecord(row: Selectable<SandboxesTable>): SandboxRecord {
     createdAt: row.created_at,
     updatedAt: row.updated_at,
     version: Number(row.version),
+    desiredState: (row.desired_state ?? 'running') as DesiredState,
+    autoResume: row.auto_resume === null ? true : Number(row.auto_resume) === 1,
+    parentId: row.parent_id,
+    snapshotId: row.snapshot_id,
   };
 }
 
@@ -88,6 +98,10 @@ export class SandboxStore {
           created_at: record.createdAt,
           updated_at: record.updatedAt,
           version: record.version,
+          desired_state: record.desiredState,
+          auto_resume: record.autoResume ? 1 : 0,
+          parent_id: record.parentId,
+          snapshot_id: record.snapshotId,
         })
         .execute();
       const labels = Object.entries(record.labels);
@@ -119,6 +133,7 @@ export class SandboxStore {
       .where('tenant_id', '=', tenantId)
       .where('state', '!=', 'deleted');
     if (options.state !== undefined) q = q.where('state', '=', options.state);
+    if (options.parentId !== undefined) q = q.where('parent_id', '=', options.parentId);
     for (const [key, value] of options.labels) {
       q = q.where(({ exists, selectFrom }) =>
         exists(
@@ -160,6 +175,7 @@ export class SandboxStore {
       .set({
         ...(patch.state === undefined ? {} : { state: patch.state }),
         ...(patch.conditions === undefined ? {} : { conditions: JSON.stringify(patch.conditions) }),
+        ...(patch.desiredState === undefined ? {} : { desired_state: patch.desiredState }),
         updated_at: updatedAt,
         version: expectedVersion + 1,
       })

@@ -39,6 +39,10 @@ function record(id: string, tenantId: string, createdAt: string, labels: Record<
     createdAt,
     updatedAt: createdAt,
     version: 1,
+    desiredState: 'running',
+    autoResume: true,
+    parentId: null,
+    snapshotId: null,
   };
 }
 

@@ -3,6 +3,7 @@ import { type DB, type Dialect, openDatabase } from './database.js';
 import { KeyStore } from './key-store.js';
 import { migrateToLatest } from './migrations.js';
 import { SandboxStore } from './sandbox-store.js';
+import { SnapshotStore } from './snapshot-store.js';
 import { TemplateStore } from './template-store.js';
 
 /** Every table's accessors over one database connection. */
@@ -12,6 +13,7 @@ export interface Store {
   readonly sandboxes: SandboxStore;
   readonly keys: KeyStore;
   readonly templates: TemplateStore;
+  readonly snapshots: SnapshotStore;
   /** Apply pending migrations. */
   migrate(): Promise<void>;
   /** Close the connection (pool). */
@@ -31,6 +33,7 @@ export function openStore(databaseUrl: string): Store {
     sandboxes: new SandboxStore(db),
     keys: new KeyStore(db),
     templates: new TemplateStore(db),
+    snapshots: new SnapshotStore(db),
     migrate: () => migrateToLatest(db),
     close: () => db.destroy(),
   };

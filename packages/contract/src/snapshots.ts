@@ -1,0 +1,51 @@
+import { z } from 'zod';
+import { InstantSchema, NameSchema, SandboxIdSchema } from './common.js';
+
+/** `snp_` + 20 base32 characters. */
+export const SnapshotIdSchema = z
+  .string()
+  .regex(/^snp_[0-9a-hjkmnp-tv-z]{20}$/, 'must look like snp_ followed by 20 base32 characters');
+
+/** Body of `POST /v1/sandboxes/{id}/snapshots`. */
+export const CreateSnapshotRequestSchema = z
+  .object({
+    /** Name, unique per tenant. A named snapshot outlives its sandbox; an unnamed one is deleted with it. */
+    name: NameSchema.optional(),
+    /** Include processes and memory (needs the runtime's `checkpoint` capability); false keeps the files only. @default true */
+    memory: z.boolean().default(true),
+  })
+  .strict()
+  .meta({ id: 'CreateSnapshotRequest' });
+export type CreateSnapshotRequest = z.input<typeof CreateSnapshotRequestSchema>;
+
+/** An immutable, checksummed record of a sandbox's files and optionally its processes and memory. */
+export const SnapshotSchema = z
+  .object({
+    id: SnapshotIdSchema,
+    name: NameSchema.nullable(),
+    /** The sandbox it was taken from (it may no longer exist). */
+    sandboxId: SandboxIdSchema,
+    template: NameSchema,
+    templateId: z.string(),
+    /** Whether it holds processes and memory, or files only. */
+    memory: z.boolean(),
+    /** Bytes of the process and memory image. */
+    imageSizeBytes: z.number().int(),
+    /** Bytes the disk copy occupies on the host. */
+    diskSizeBytes: z.number().int(),
+    /** Runtime build the image needs, for example `runsc version 0.0~20240729.0 systrap`. */
+    runtimeVersion: z.string(),
+    createdAt: InstantSchema,
+  })
+  .meta({ id: 'Snapshot' });
+export type Snapshot = z.infer<typeof SnapshotSchema>;
+
+/** Response of `GET /v1/snapshots`. */
+export const SnapshotListSchema = z.object({ items: z.array(SnapshotSchema) }).meta({ id: 'SnapshotList' });
+export type SnapshotList = z.infer<typeof SnapshotListSchema>;
+
+/** Query of `GET /v1/snapshots`. */
+export const ListSnapshotsQuerySchema = z.object({ sandboxId: SandboxIdSchema.optional() });
+
+/** Path parameters naming one snapshot by name or id. */
+export const SnapshotParamsSchema = z.object({ ref: z.string().min(1).max(64) });

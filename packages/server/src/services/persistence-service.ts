@@ -1,0 +1,415 @@
+import type {
+  Condition,
+  ForkSandboxResponse,
+  Resources,
+  Sandbox,
+  SandboxState,
+  Snapshot,
+  SnapshotList,
+} from '@burrow/contract';
+import { ErrorCode } from '@burrow/contract';
+import { CheckpointRejectedError, type CreateOptions, type RuntimeDriver, UnsupportedError } from '@burrow/runtime';
+import type { Logger } from 'pino';
+import { expiresAtFor } from '../lifecycle/ttl-policy.js';
+import type { SandboxPatch, SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
+import type { SnapshotRecord, SnapshotStore } from '../store/snapshot-store.js';
+import { ApiError } from '../util/api-error.js';
+import { type Clock, isoNow } from '../util/clock.js';
+import { newId } from '../util/ids.js';
+import type { KeyedMutex } from '../util/keyed-mutex.js';
+import type { BlobStore } from './blob-store.js';
+import type { Principal } from './key-service.js';
+import { type SandboxService, toSandbox, withConditions } from './sandbox-service.js';
+import type { TemplateService } from './template-service.js';
+
+/** Dependencies of {@link PersistenceService}. */
+export interface PersistenceDeps {
+  sandboxes: SandboxStore;
+  snapshots: SnapshotStore;
+  blobs: BlobStore;
+  templates: TemplateService;
+  service: SandboxService;
+  driver: RuntimeDriver;
+  mutex: KeyedMutex;
+  clock: Clock;
+  logger: Logger;
+}
+
+/** A snapshot row as the API shows it. */
+export function toSnapshot(r: SnapshotRecord): Snapshot {
+  return {
+    id: r.id,
+    name: r.name,
+    sandboxId: r.sandboxId,
+    template: r.template,
+    templateId: r.templateId,
+    memory: r.memory,
+    imageSizeBytes: r.imageSizeBytes,
+    diskSizeBytes: r.diskSizeBytes,
+    runtimeVersion: r.runtimeVersion,
+    createdAt: r.createdAt,
+  };
+}
+
+/** Turn a driver failure into an API error with a stable code. */
+export function runtimeFailure(what: string, error: unknown): ApiError {
+  if (error instanceof ApiError) return error;
+  if (error instanceof CheckpointRejectedError) {
+    return new ApiError(ErrorCode.checkpointRejected, `${what}: ${error.message}`, {
+      hint: 'the saved state is damaged or from another runtime version; it was not restored and is kept as it is',
+      cause: error,
+    });
+  }
+  if (error instanceof UnsupportedError) {
+    return new ApiError(ErrorCode.unsupported, `${what}: ${error.message}`, {
+      hint: 'this server runtime cannot do this; stop/start keeps the files',
+      cause: error,
+    });
+  }
+  return new ApiError(ErrorCode.runtimeError, `${what}: ${(error as Error).message}`, {
+    hint: 'retry; if it keeps failing, the server log has the runtime output under this request id',
+    cause: error,
+  });
+}
+
+/**
+ * Pause, resume, stop, start, fork and snapshots. Every transition writes the row before the runtime step
+ * (`pausing`, `resuming`, `stopping` with the desired state) and after it, under the sandbox's lock, so a crash
+ * leaves a row the reconciler finishes ({@link finishInterrupted}).
+ */
+export class PersistenceService {
+  constructor(private readonly deps: PersistenceDeps) {}
+
+  /** @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `runtime_error` (the sandbox keeps running) */
+  async pause(caller: Principal, id: string): Promise<Sandbox> {
+    return this.deps.mutex.run(id, async () => {
+      const record = await this.deps.service.require(caller.tenantId, id);
+      if (record.state === 'paused') return toSandbox(record);
+      this.expectState(record, ['running'], 'pause');
+      return toSandbox(await this.pauseUnderLock(record));
+    });
+  }
+
+  /** @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `checkpoint_rejected` (stays paused), `runtime_error` */
+  async resume(caller: Principal, id: string): Promise<Sandbox> {
+    return this.deps.mutex.run(id, async () => {
+      const record = await this.deps.service.require(caller.tenantId, id);
+      if (record.state === 'running') return toSandbox(record);
+      this.expectState(record, ['paused'], 'resume');
+      return toSandbox(await this.resumeUnderLock(record));
+    });
+  }
+
+  /** End every process and keep the disk. @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `runtime_error` */
+  async stop(caller: Principal, id: string): Promise<Sandbox> {
+    return this.deps.mutex.run(id, async () => {
+      const record = await this.deps.service.require(caller.tenantId, id);
+      if (record.state === 'stopped') return toSandbox(record);
+      this.expectState(record, ['running', 'paused', 'error'], 'stop');
+      const stopping = await this.write(record, { state: 'stopping', desiredState: 'stopped' });
+      try {
+        await this.deps.driver.stop(id);
+      } catch (error) {
+        throw runtimeFailure(`stopping sandbox ${id} failed`, error);
+      }
+      return toSandbox(
+        await this.write(
+          stopping,
+          { state: 'stopped' },
+          this.condition('Stopped', 'UserStopped', 'processes ended; the disk is kept'),
+        ),
+      );
+    });
+  }
+
+  /** Boot a stopped sandbox fresh on its disk. @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `runtime_error` */
+  async start(caller: Principal, id: string): Promise<Sandbox> {
+    return this.deps.mutex.run(id, async () => {
+      const record = await this.deps.service.require(caller.tenantId, id);
+      if (record.state === 'running') return toSandbox(record);
+      if (record.state === 'paused') return toSandbox(await this.resumeUnderLock(record));
+      this.expectState(record, ['stopped'], 'start');
+      const starting = await this.write(record, { state: 'resuming', desiredState: 'running' });
+      try {
+        await this.deps.driver.create(await this.createOptions(starting));
+      } catch (error) {
+        await this.write(starting, { state: 'stopped', desiredState: 'stopped' }).catch(() => undefined);
+        throw runtimeFailure(`starting sandbox ${id} failed`, error);
+      }
+      return toSandbox(await this.write(starting, { state: 'running' }));
+    });
+  }
+
+  /**
+   * Pause under the id's lock: `pausing` → checkpoint → `paused`. A failed checkpoint leaves the sandbox running.
+   * @throws ApiError `runtime_error`
+   */
+  async pauseUnderLock(record: SandboxRecord): Promise<SandboxRecord> {
+    const pausing = await this.write(record, { state: 'pausing', desiredState: 'paused' });
+    const startedMs = this.deps.clock.nowMs();
+    try {
+      const info = await this.deps.driver.pause(record.id);
+      this.deps.logger
+        .child({ sandboxId: record.id })
+        .info({ durationMs: this.deps.clock.nowMs() - startedMs, ...info }, 'sandbox paused');
+    } catch (error) {
+      const observed = await this.deps.driver.observe(record.id).catch(() => null);
+      const state: SandboxState = observed?.status === 'running' ? 'running' : 'error';
+      await this.write(
+        pausing,
+        { state, desiredState: 'running' },
+        this.condition('PauseFailed', 'CheckpointFailed', (error as Error).message),
+      ).catch(() => undefined);
+      throw runtimeFailure(`pausing sandbox ${record.id} failed`, error);
+    }
+    return this.write(pausing, { state: 'paused' });
+  }
+
+  /**
+   * Resume under the id's lock: `resuming` → verify and restore → `running`. On failure the sandbox stays paused
+   * with a `ResumeFailed` condition.
+   * @throws ApiError `checkpoint_rejected`, `runtime_error`
+   */
+  async resumeUnderLock(record: SandboxRecord): Promise<SandboxRecord> {
+    const resuming = await this.write(record, { state: 'resuming', desiredState: 'running' });
+    const startedMs = this.deps.clock.nowMs();
+    try {
+      await this.deps.driver.resume(await this.createOptions(resuming));
+    } catch (error) {
+      const failure = runtimeFailure(`resuming sandbox ${record.id} failed`, error);
+      await this.write(
+        resuming,
+        { state: 'paused', desiredState: 'paused' },
+        this.condition(
+          'ResumeFailed',
+          failure.code === ErrorCode.checkpointRejected ? 'CheckpointRejected' : 'RestoreFailed',
+          failure.message,
+        ),
+      ).catch(() => undefined);
+      throw failure;
+    }
+    this.deps.logger
+      .child({ sandboxId: record.id })
+      .info({ durationMs: this.deps.clock.nowMs() - startedMs }, 'sandbox resumed');
+    return this.write(resuming, { state: 'running' });
+  }
+
+  /**
+   * Finish a transition a crash interrupted (a `pausing`, `resuming` or `stopping` row nothing works on): the
+   * driver verbs are idempotent, so the step runs again toward the desired state; if that fails the row goes back
+   * to what the host shows. Call under the id's lock.
+   */
+  async finishInterrupted(record: SandboxRecord): Promise<SandboxRecord> {
+    const logger = this.deps.logger.child({ sandboxId: record.id });
+    await this.deps.driver.settle(record.id).catch((error: unknown) => logger.warn({ err: error }, 'settle failed'));
+    try {
+      if (record.state === 'pausing') {
+        await this.deps.driver.pause(record.id);
+        return await this.write(record, { state: 'paused' });
+      }
+      if (record.state === 'stopping') {
+        await this.deps.driver.stop(record.id);
+        return await this.write(record, { state: 'stopped' });
+      }
+      if (record.state === 'resuming') {
+        const observed = await this.deps.driver.observe(record.id);
+        if (observed.status === 'paused' || observed.status === 'running') {
+          await this.deps.driver.resume(await this.createOptions(record));
+        } else if (observed.status === 'stopped') {
+          await this.deps.driver.create(await this.createOptions(record));
+        } else {
+          throw new Error('nothing of the sandbox is left on the host');
+        }
+        return await this.write(record, { state: 'running' });
+      }
+      return record;
+    } catch (error) {
+      const observed = await this.deps.driver.observe(record.id).catch(() => null);
+      const state: SandboxState =
+        observed?.status === 'running'
+          ? 'running'
+          : observed?.status === 'paused'
+            ? 'paused'
+            : observed?.status === 'stopped'
+              ? 'stopped'
+              : 'error';
+      logger.warn({ err: error, state }, 'finishing an interrupted transition failed; back to what the host shows');
+      return this.write(
+        record,
+        { state, desiredState: state === 'error' ? record.desiredState : (state as 'running' | 'paused' | 'stopped') },
+        this.condition(
+          'TransitionFailed',
+          'Interrupted',
+          `the server stopped during ${record.state} and could not finish it: ${(error as Error).message}`,
+        ),
+      );
+    }
+  }
+
+  /**
+   * N new running sandboxes from one checkpoint of `id` (running: held still only for the checkpoint; or paused).
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `unsupported`, `runtime_error` (no child is left)
+   */
+  async fork(caller: Principal, id: string, input: { count: number }): Promise<ForkSandboxResponse> {
+    return this.deps.mutex.run(id, async () => {
+      const parent = await this.deps.service.require(caller.tenantId, id);
+      this.expectState(parent, ['running', 'paused'], 'fork');
+      const now = isoNow(this.deps.clock);
+      const children: SandboxRecord[] = Array.from({ length: input.count }, () => {
+        const childId = newId('sbx');
+        return {
+          ...parent,
+          id: childId,
+          state: 'creating',
+          desiredState: 'running',
+          conditions: [],
+          hostname: childId.replace('_', '-'),
+          parentId: parent.id,
+          snapshotId: null,
+          expiresAt: expiresAtFor(this.deps.clock.nowMs(), parent.timeoutMs),
+          createdAt: now,
+          updatedAt: now,
+          version: 1,
+        };
+      });
+      for (const child of children) await this.deps.sandboxes.insert(child);
+      const startedMs = this.deps.clock.nowMs();
+      try {
+        const options = await this.createOptions(parent);
+        await this.deps.driver.fork(id, {
+          template: options.template,
+          resources: options.resources,
+          children: children.map((c) => ({ sandboxId: c.id, hostname: c.hostname })),
+        });
+      } catch (error) {
+        for (const child of children) await this.deps.sandboxes.remove(child.tenantId, child.id);
+        throw runtimeFailure(`forking sandbox ${id} failed`, error);
+      }
+      const items: Sandbox[] = [];
+      for (const child of children) items.push(toSandbox(await this.write(child, { state: 'running' })));
+      this.deps.logger
+        .child({ sandboxId: id })
+        .info({ count: input.count, durationMs: this.deps.clock.nowMs() - startedMs }, 'sandbox forked');
+      return { items };
+    });
+  }
+
+  /**
+   * Take a snapshot of `id` into the blob store.
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `snapshot_exists`, `invalid_request`, `runtime_error`
+   */
+  async createSnapshot(
+    caller: Principal,
+    id: string,
+    input: { name?: string | undefined; memory: boolean },
+  ): Promise<Snapshot> {
+    return this.deps.mutex.run(id, async () => {
+      const record = await this.deps.service.require(caller.tenantId, id);
+      this.expectState(record, input.memory ? ['running', 'paused'] : ['running', 'paused', 'stopped'], 'snapshot');
+      if (input.name !== undefined && (await this.deps.snapshots.find(caller.tenantId, input.name)) !== null) {
+        throw new ApiError(ErrorCode.snapshotExists, `a snapshot named ${input.name} exists`, {
+          hint: 'pick another name, or delete the old snapshot first',
+        });
+      }
+      const snapshot: SnapshotRecord = {
+        id: newId('snp'),
+        tenantId: caller.tenantId,
+        name: input.name ?? null,
+        sandboxId: id,
+        template: record.template,
+        templateId: record.templateId,
+        memory: input.memory,
+        state: 'creating',
+        imageSizeBytes: 0,
+        diskSizeBytes: 0,
+        runtimeVersion: '',
+        settings: {
+          env: record.env,
+          cwd: record.cwd,
+          cpuCount: record.cpuCount,
+          memoryMiB: record.memoryMiB,
+          diskMiB: record.diskMiB,
+          autoResume: record.autoResume,
+        },
+        createdAt: isoNow(this.deps.clock),
+      };
+      await this.deps.snapshots.insert(snapshot);
+      try {
+        const staged = await this.deps.blobs.stage(snapshot.id);
+        const info = await this.deps.driver.snapshot(id, { targetDir: staged, memory: input.memory });
+        await this.deps.blobs.commit(snapshot.id, staged);
+        await this.deps.snapshots.markReady(snapshot.id, info);
+        return toSnapshot({ ...snapshot, ...info, state: 'ready' });
+      } catch (error) {
+        await this.deps.blobs.delete(snapshot.id).catch(() => undefined);
+        await this.deps.snapshots.remove(snapshot.id);
+        throw runtimeFailure(`snapshot of ${id} failed`, error);
+      }
+    });
+  }
+
+  async listSnapshots(caller: Principal, query: { sandboxId?: string | undefined }): Promise<SnapshotList> {
+    const rows = await this.deps.snapshots.list(caller.tenantId, query);
+    return { items: rows.filter((r) => r.state === 'ready').map(toSnapshot) };
+  }
+
+  /** @throws ApiError `snapshot_not_found` */
+  async getSnapshot(caller: Principal, ref: string): Promise<Snapshot> {
+    return toSnapshot(await this.requireSnapshot(caller.tenantId, ref));
+  }
+
+  /** Delete a snapshot and its bytes. @throws ApiError `snapshot_not_found` */
+  async deleteSnapshot(caller: Principal, ref: string): Promise<void> {
+    const snapshot = await this.requireSnapshot(caller.tenantId, ref);
+    await this.deps.blobs.delete(snapshot.id);
+    await this.deps.snapshots.remove(snapshot.id);
+  }
+
+  /** @throws ApiError `snapshot_not_found` */
+  async requireSnapshot(tenantId: string, ref: string): Promise<SnapshotRecord> {
+    const snapshot = await this.deps.snapshots.find(tenantId, ref);
+    if (snapshot === null || snapshot.state !== 'ready') {
+      throw new ApiError(ErrorCode.snapshotNotFound, `no snapshot ${ref}`, {
+        hint: 'list snapshots with `burrow snapshot ls` (GET /v1/snapshots)',
+      });
+    }
+    return snapshot;
+  }
+
+  /** Runtime options that re-create `record` on the host. */
+  async createOptions(record: SandboxRecord): Promise<CreateOptions> {
+    const resources: Resources = { cpuCount: record.cpuCount, memoryMiB: record.memoryMiB, diskMiB: record.diskMiB };
+    return {
+      sandboxId: record.id,
+      template: await this.deps.templates.refById(record.templateId, record.template),
+      resources,
+      hostname: record.hostname,
+    };
+  }
+
+  private expectState(record: SandboxRecord, allowed: SandboxState[], verb: string): void {
+    if (allowed.includes(record.state)) return;
+    throw new ApiError(ErrorCode.sandboxNotRunning, `cannot ${verb} sandbox ${record.id}: it is ${record.state}`, {
+      hint: `${verb} works on a sandbox that is ${allowed.join(' or ')}`,
+      details: { state: record.state },
+    });
+  }
+
+  private condition(type: string, reason: string, message: string): Condition {
+    return { type, status: 'true', reason, message, at: isoNow(this.deps.clock) };
+  }
+
+  private async write(record: SandboxRecord, patch: SandboxPatch, added?: Condition): Promise<SandboxRecord> {
+    const updated = await this.deps.sandboxes.update(
+      record.tenantId,
+      record.id,
+      record.version,
+      { ...patch, ...(added === undefined ? {} : { conditions: withConditions(record.conditions, [added]) }) },
+      isoNow(this.deps.clock),
+    );
+    if (updated === null) {
+      throw new ApiError(ErrorCode.conflict, `sandbox ${record.id} changed meanwhile`, { hint: 'retry' });
+    }
+    return updated;
+  }
+}

@@ -1,0 +1,129 @@
+import type { Kysely, Selectable } from 'kysely';
+import type { DB, SnapshotsTable } from './database.js';
+
+/** What a sandbox made from a snapshot inherits from the snapshot's source. */
+export interface SnapshotSettings {
+  env: Record<string, string>;
+  cwd: string;
+  cpuCount: number;
+  memoryMiB: number;
+  diskMiB: number;
+  autoResume: boolean;
+}
+
+/** A snapshot row as the services use it. */
+export interface SnapshotRecord {
+  id: string;
+  tenantId: string;
+  name: string | null;
+  sandboxId: string;
+  template: string;
+  templateId: string;
+  memory: boolean;
+  state: 'creating' | 'ready';
+  imageSizeBytes: number;
+  diskSizeBytes: number;
+  runtimeVersion: string;
+  settings: SnapshotSettings;
+  createdAt: string;
+}
+
+function toRecord(row: Selectable<SnapshotsTable>): SnapshotRecord {
+  return {
+    id: row.id,
+    tenantId: row.tenant_id,
+    name: row.name,
+    sandboxId: row.sandbox_id,
+    template: row.template,
+    templateId: row.template_id,
+    memory: Number(row.memory) === 1,
+    state: row.state as SnapshotRecord['state'],
+    imageSizeBytes: Number(row.image_size_bytes),
+    diskSizeBytes: Number(row.disk_size_bytes),
+    runtimeVersion: row.runtime_version,
+    settings: JSON.parse(row.settings) as SnapshotSettings,
+    createdAt: row.created_at,
+  };
+}
+
+/** Snapshot rows. Tenant-facing queries filter by tenant. */
+export class SnapshotStore {
+  constructor(private readonly db: Kysely<DB>) {}
+
+  /** @throws when the name is taken (unique index) */
+  async insert(record: SnapshotRecord): Promise<void> {
+    await this.db
+      .insertInto('snapshots')
+      .values({
+        id: record.id,
+        tenant_id: record.tenantId,
+        name: record.name,
+        sandbox_id: record.sandboxId,
+        template: record.template,
+        template_id: record.templateId,
+        memory: record.memory ? 1 : 0,
+        state: record.state,
+        image_size_bytes: record.imageSizeBytes,
+        disk_size_bytes: record.diskSizeBytes,
+        runtime_version: record.runtimeVersion,
+        settings: JSON.stringify(record.settings),
+        created_at: record.createdAt,
+      })
+      .execute();
+  }
+
+  /** Mark a snapshot durable and record its sizes. */
+  async markReady(
+    id: string,
+    sizes: { imageSizeBytes: number; diskSizeBytes: number; runtimeVersion: string },
+  ): Promise<void> {
+    await this.db
+      .updateTable('snapshots')
+      .set({
+        state: 'ready',
+        image_size_bytes: sizes.imageSizeBytes,
+        disk_size_bytes: sizes.diskSizeBytes,
+        runtime_version: sizes.runtimeVersion,
+      })
+      .where('id', '=', id)
+      .execute();
+  }
+
+  /** The snapshot named or identified by `ref` of `tenantId`, or null. */
+  async find(tenantId: string, ref: string): Promise<SnapshotRecord | null> {
+    const row = await this.db
+      .selectFrom('snapshots')
+      .selectAll()
+      .where('tenant_id', '=', tenantId)
+      .where((eb) => eb.or([eb('id', '=', ref), eb('name', '=', ref)]))
+      .executeTakeFirst();
+    return row === undefined ? null : toRecord(row);
+  }
+
+  /** A tenant's snapshots, oldest first, optionally of one sandbox. */
+  async list(tenantId: string, options: { sandboxId?: string | undefined } = {}): Promise<SnapshotRecord[]> {
+    let q = this.db.selectFrom('snapshots').selectAll().where('tenant_id', '=', tenantId);
+    if (options.sandboxId !== undefined) q = q.where('sandbox_id', '=', options.sandboxId);
+    return (await q.orderBy('created_at').orderBy('id').execute()).map(toRecord);
+  }
+
+  /** Unnamed snapshots of a sandbox (deleted with it). */
+  async unnamedOf(sandboxId: string): Promise<SnapshotRecord[]> {
+    const rows = await this.db
+      .selectFrom('snapshots')
+      .selectAll()
+      .where('sandbox_id', '=', sandboxId)
+      .where('name', 'is', null)
+      .execute();
+    return rows.map(toRecord);
+  }
+
+  /** Every snapshot of every tenant (the reconciler's view). */
+  async listAcrossTenants(): Promise<SnapshotRecord[]> {
+    return (await this.db.selectFrom('snapshots').selectAll().execute()).map(toRecord);
+  }
+
+  async remove(id: string): Promise<void> {
+    await this.db.deleteFrom('snapshots').where('id', '=', id).execute();
+  }
+}
