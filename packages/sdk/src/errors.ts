@@ -110,6 +110,14 @@ export class ConnectionError extends BurrowError {}
 export class ProtocolError extends BurrowError {}
 /** The operation was aborted through the caller's `AbortSignal`; `cause` holds the signal's reason. */
 export class AbortedError extends BurrowError {}
+/** The sandbox is paused and was created with `autoResume: false`: call `sandbox.resume()` first. */
+export class SandboxPausedError extends BurrowError {}
+/** No snapshot with this name or id. */
+export class SnapshotNotFoundError extends BurrowError {}
+/** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
+export class CheckpointRejectedError extends BurrowError {}
+/** The server's runtime cannot do this (for example pause without checkpoint support). */
+export class UnsupportedError extends BurrowError {}
 
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
@@ -139,6 +147,11 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   user_not_found: UserNotFoundError,
   runtime_error: ServerError,
   conflict: ConflictError,
+  sandbox_paused: SandboxPausedError,
+  snapshot_not_found: SnapshotNotFoundError,
+  snapshot_exists: ConflictError,
+  checkpoint_rejected: CheckpointRejectedError,
+  unsupported: UnsupportedError,
   internal_error: ServerError,
 };
 

@@ -8,6 +8,7 @@ export type {
   FileInfo,
   Sandbox as SandboxInfo,
   SandboxState,
+  Snapshot,
   Template,
 } from '@burrow/contract';
 export {
@@ -35,6 +36,7 @@ export {
   BurrowError,
   type BurrowErrorCode,
   type BurrowErrorInit,
+  CheckpointRejectedError,
   ClientErrorCode,
   CommandNotFoundError,
   ConflictError,
@@ -48,11 +50,15 @@ export {
   RouteNotFoundError,
   SandboxNotFoundError,
   SandboxNotRunningError,
+  SandboxPausedError,
   ServerError,
+  SnapshotNotFoundError,
   TemplateBuildError,
   TemplateNotFoundError,
+  UnsupportedError,
   UserNotFoundError,
 } from './errors.js';
 export { type ExecEvent, type ExecSignal, ExecStream, type ExecStreamOptions } from './exec-stream.js';
 export { Files, type ListFilesOptions, type RemoveFileOptions, type WriteFileOptions } from './files.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
+export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';

@@ -1,5 +1,6 @@
 import {
   type CreateSandboxRequest,
+  ForkSandboxResponseSchema,
   type Sandbox as SandboxInfo,
   SandboxListSchema,
   SandboxSchema,
@@ -9,6 +10,7 @@ import { Commands, Pty } from './commands.js';
 import { type ConnectionOptions, splitConnection } from './connection-config.js';
 import { Files } from './files.js';
 import { HttpClient } from './http-client.js';
+import { Snapshots } from './snapshots.js';
 
 /** Options of {@link Sandbox.create}: the create request plus how to connect. */
 export type CreateSandboxOptions = CreateSandboxRequest & ConnectionOptions;
@@ -60,6 +62,8 @@ export class Sandbox {
   readonly files: Files;
   /** Interactive terminals (PTYs) in the sandbox. */
   readonly pty: Pty;
+  /** Named and unnamed snapshots of the sandbox. */
+  readonly snapshots: Snapshots;
   readonly #http: HttpClient;
   #info: SandboxInfo;
 
@@ -70,6 +74,97 @@ export class Sandbox {
     this.commands = new Commands(http, info.id);
     this.files = new Files(http, info.id);
     this.pty = new Pty(http, info.id, this.commands);
+    this.snapshots = new Snapshots(http, info.id);
+  }
+
+  /**
+   * Resumes a paused sandbox by id: same id, its processes continuing where they were.
+   * @returns a handle on the running sandbox.
+   * @throws `SandboxNotFoundError`; `SandboxNotRunningError` when it is neither paused nor running;
+   * `CheckpointRejectedError` when its saved state fails verification (it stays paused).
+   * @example
+   * ```ts
+   * const sandbox = await Sandbox.resume('sbx_0123456789abcdefghjk');
+   * ```
+   */
+  static async resume(id: string, options: ConnectionOptions = {}): Promise<Sandbox> {
+    const http = new HttpClient(options);
+    const info = await http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(id)}/resume`);
+    return new Sandbox(http, info);
+  }
+
+  /**
+   * Pauses the sandbox: processes and memory are checkpointed with its disk and its CPU and RAM released.
+   * An exec or files call resumes it (unless it was created with `autoResume: false`).
+   * @returns the updated record (`state: 'paused'`).
+   * @throws `SandboxNotRunningError` when it does not run; `ServerError` when the checkpoint fails (it keeps running).
+   * @example
+   * ```ts
+   * await sandbox.pause();
+   * ```
+   */
+  async pause(): Promise<SandboxInfo> {
+    return this.#verb('pause');
+  }
+
+  /**
+   * Resumes the paused sandbox under the same id.
+   * @throws `CheckpointRejectedError` when its saved state fails verification (it stays paused).
+   * @example
+   * ```ts
+   * await sandbox.resume();
+   * ```
+   */
+  async resume(): Promise<SandboxInfo> {
+    return this.#verb('resume');
+  }
+
+  /**
+   * Stops the sandbox: every process ends, the disk stays. {@link Sandbox.start} boots it fresh on the same disk.
+   * @example
+   * ```ts
+   * await sandbox.stop();
+   * ```
+   */
+  async stop(): Promise<SandboxInfo> {
+    return this.#verb('stop');
+  }
+
+  /**
+   * Starts a stopped sandbox fresh on its disk (a paused one resumes).
+   * @example
+   * ```ts
+   * await sandbox.start();
+   * ```
+   */
+  async start(): Promise<SandboxInfo> {
+    return this.#verb('start');
+  }
+
+  /**
+   * Forks the sandbox into `count` new running sandboxes, each with its own copy of the disk and the memory at the
+   * fork point, its own id and hostname, and fresh kernel randomness. A running parent is held still only for the
+   * checkpoint. User-space state (a seeded PRNG inside a process) is copied as it is.
+   * @param options - `count`: 1–20, default 1.
+   * @returns handles on the children.
+   * @example
+   * ```ts
+   * const [a, b] = await sandbox.fork({ count: 2 });
+   * ```
+   */
+  async fork(options: { count?: number } = {}): Promise<Sandbox[]> {
+    const response = await this.#http.json(
+      ForkSandboxResponseSchema,
+      'POST',
+      `/sandboxes/${encodeURIComponent(this.id)}/fork`,
+      { json: { count: options.count ?? 1 } },
+    );
+    return response.items.map((info) => new Sandbox(this.#http, info));
+  }
+
+  async #verb(verb: 'pause' | 'resume' | 'stop' | 'start'): Promise<SandboxInfo> {
+    this.#info = await this.#http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/${verb}`);
+    return this.#info;
   }
 
   /** The sandbox record as last fetched (state, resources, labels, `expiresAt`, …). {@link Sandbox.refresh} updates it. */

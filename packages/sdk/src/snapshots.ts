@@ -1,0 +1,77 @@
+import { type Snapshot, SnapshotListSchema, SnapshotSchema } from '@burrow/contract';
+import type { HttpClient } from './http-client.js';
+
+/** Options of {@link Snapshots.create}. */
+export interface CreateSnapshotOptions {
+  /** Name, unique per tenant. A named snapshot outlives its sandbox; an unnamed one is deleted with it. */
+  name?: string | undefined;
+  /** Include processes and memory; false keeps the files only. @default true */
+  memory?: boolean | undefined;
+}
+
+/** Snapshots of one sandbox: `sandbox.snapshots`. Get and delete take a name or `snp_` id of any of the tenant's snapshots. */
+export class Snapshots {
+  readonly #http: HttpClient;
+  readonly #sandboxId: string;
+
+  /** @internal */
+  constructor(http: HttpClient, sandboxId: string) {
+    this.#http = http;
+    this.#sandboxId = sandboxId;
+  }
+
+  /**
+   * Takes a checksummed snapshot of the sandbox (running: held still only for the checkpoint; paused; or, files
+   * only, stopped).
+   * @returns the snapshot record.
+   * @throws `ConflictError` when the name is taken; `SandboxNotRunningError`; `ServerError` when the runtime fails.
+   * @example
+   * ```ts
+   * const snap = await sandbox.snapshots.create({ name: 'after-install' });
+   * const copy = await Sandbox.create({ fromSnapshot: 'after-install' });
+   * ```
+   */
+  async create(options: CreateSnapshotOptions = {}): Promise<Snapshot> {
+    return this.#http.json(SnapshotSchema, 'POST', `/sandboxes/${encodeURIComponent(this.#sandboxId)}/snapshots`, {
+      json: { ...(options.name === undefined ? {} : { name: options.name }), memory: options.memory ?? true },
+    });
+  }
+
+  /**
+   * Lists this sandbox's snapshots, oldest first.
+   * @example
+   * ```ts
+   * const { items } = await sandbox.snapshots.list();
+   * ```
+   */
+  async list(): Promise<Snapshot[]> {
+    const page = await this.#http.json(SnapshotListSchema, 'GET', '/snapshots', {
+      query: { sandboxId: this.#sandboxId },
+    });
+    return page.items;
+  }
+
+  /**
+   * Gets a snapshot by name or id.
+   * @throws `SnapshotNotFoundError`.
+   * @example
+   * ```ts
+   * const snap = await sandbox.snapshots.get('after-install');
+   * ```
+   */
+  async get(ref: string): Promise<Snapshot> {
+    return this.#http.json(SnapshotSchema, 'GET', `/snapshots/${encodeURIComponent(ref)}`);
+  }
+
+  /**
+   * Deletes a snapshot and its bytes.
+   * @throws `SnapshotNotFoundError`.
+   * @example
+   * ```ts
+   * await sandbox.snapshots.delete('after-install');
+   * ```
+   */
+  async delete(ref: string): Promise<void> {
+    await this.#http.empty('DELETE', `/snapshots/${encodeURIComponent(ref)}`);
+  }
+}
