@@ -51,6 +51,8 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     loggerInstance: options.logger as FastifyBaseLogger,
     bodyLimit: options.bodyLimitBytes ?? 16 * 1024 * 1024,
     genReqId: () => newId('req'),
+    // Long path parameters reach zod and get the envelope (fastify's own 414 would bypass it).
+    maxParamLength: 8192,
   }).withTypeProvider<ZodTypeProvider>();
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);

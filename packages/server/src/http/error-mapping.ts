@@ -67,7 +67,15 @@ export function mapError(error: unknown, requestId: string): MappedError {
     };
   }
   if (typeof error === 'object' && error !== null && hasZodFastifySchemaValidationErrors(error)) {
-    const where = (error as { validationContext?: string }).validationContext ?? 'request';
+    const context = (error as { validationContext?: string }).validationContext ?? 'request';
+    /** fastify's validation contexts, named as a user knows them. */
+    const names: Record<string, string> = {
+      body: 'request body',
+      params: 'path',
+      querystring: 'query string',
+      headers: 'headers',
+    };
+    const where = names[context] ?? context;
     const issues = error.validation.map((v) => ({
       path: v.instancePath,
       message: v.message ?? 'invalid',
@@ -79,7 +87,7 @@ export function mapError(error: unknown, requestId: string): MappedError {
         ErrorCode.invalidRequest,
         `the ${where} is invalid${first === undefined ? '' : `: ${first.path || '(root)'} ${first.message}`}`,
         'fix the fields listed in details and retry',
-        { location: where, issues },
+        { location: context, issues },
       ),
       unexpected: false,
     };

@@ -210,7 +210,7 @@ export class TemplateService {
     }
     if (await this.deps.sandboxes.usesTemplate(caller.tenantId, name)) {
       throw new ApiError(ErrorCode.conflict, `template ${name} is used by sandboxes`, {
-        hint: 'delete the sandboxes started from it first (`burrow ls`)',
+        hint: 'delete the sandboxes started from it first (`burrow sandbox ls`)',
       });
     }
     if (await this.deps.templates.hasChildren(caller.tenantId, name)) {

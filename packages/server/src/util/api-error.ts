@@ -23,6 +23,6 @@ export class ApiError extends Error {
 /** The sandbox does not exist for this tenant (answered identically for another tenant's id). */
 export function sandboxNotFound(id: string): ApiError {
   return new ApiError(ErrorCode.sandboxNotFound, `no sandbox ${id}`, {
-    hint: 'list your sandboxes with `burrow ls` (GET /v1/sandboxes)',
+    hint: 'list your sandboxes with `burrow sandbox ls` (GET /v1/sandboxes)',
   });
 }
