@@ -1,2 +1,4 @@
 export * from './driver.js';
 export * from './sandbox-fs.js';
+export * from './sandbox-fs-archive.js';
+export * from './sandbox-fs-watch.js';

@@ -1,7 +1,19 @@
 import { randomBytes } from 'node:crypto';
 import type { Stats } from 'node:fs';
 import { createReadStream, constants as fsc } from 'node:fs';
-import { type FileHandle, lstat, mkdir, open, readdir, readlink, rename, rmdir, stat, unlink } from 'node:fs/promises';
+import {
+  chmod,
+  type FileHandle,
+  lstat,
+  mkdir,
+  open,
+  readdir,
+  readlink,
+  rename,
+  rmdir,
+  stat,
+  unlink,
+} from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import type { ErrorCode, FileInfo } from '@burrow/contract';
 
@@ -18,17 +30,18 @@ export class FsError extends Error {
 }
 
 /** Linux `O_PATH` (not exported by node:fs): a handle that names a directory without opening it for reading. */
-const O_PATH = 0o10000000;
-const DIR_FLAGS = O_PATH | fsc.O_DIRECTORY | fsc.O_NOFOLLOW;
+export const O_PATH = 0o10000000;
+/** Flags that open a directory handle by one name without following a symlink there. */
+export const DIR_FLAGS = O_PATH | fsc.O_DIRECTORY | fsc.O_NOFOLLOW;
 /** Symlink hops allowed in one resolution, as Linux's MAXSYMLINKS. */
 const MAX_SYMLINK_HOPS = 40;
 /** Longest path component in bytes (NAME_MAX). */
-const NAME_MAX_BYTES = 255;
+export const NAME_MAX_BYTES = 255;
 /** Most entries one `list` call returns. */
 export const MAX_LIST_ENTRIES = 50_000;
 
 /** A path resolved to a held directory handle plus one final name inside it (`null` = the directory itself). */
-interface Resolved {
+export interface Resolved {
   dir: FileHandle;
   name: string | null;
   /** Sandbox path of the resolved target, for messages and FileInfo. */
@@ -180,6 +193,55 @@ export class SandboxFs {
     );
   }
 
+  /** Whether `path` exists (a dangling final symlink counts: it is reported, not followed). @throws FsError */
+  async exists(path: string): Promise<boolean> {
+    try {
+      await this.stat(path);
+      return true;
+    } catch (err) {
+      if (err instanceof FsError && (err.code === 'file_not_found' || err.code === 'not_a_directory')) return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Set the permission bits of `path` (symlinks followed inside the root). The target is pinned by an `O_PATH`
+   * handle opened without following, so a swap for a symlink mid-call changes nothing outside.
+   * @param mode permission bits, for example 0o755 (setuid, setgid and sticky bits allowed)
+   * @throws FsError
+   */
+  async chmod(path: string, mode: number): Promise<FileInfo> {
+    return this.withResolved(path, { followFinal: true }, async (r) => {
+      const target = r.name === null ? null : await guard(r.path, () => open(at(r), O_PATH | fsc.O_NOFOLLOW));
+      try {
+        const fdPath = `/proc/self/fd/${target === null ? r.dir.fd : target.fd}`;
+        const st = await guard(r.path, () => (target === null ? stat(fdPath) : target.stat()));
+        if (st.isSymbolicLink()) throw new FsError('invalid_path', `${r.path} changed to a symlink meanwhile; retry`);
+        await guard(r.path, () => chmod(fdPath, mode & 0o7777));
+        return infoOf(r.path, await guard(r.path, () => stat(fdPath)));
+      } finally {
+        await target?.close();
+      }
+    });
+  }
+
+  /**
+   * A held `O_PATH` handle on the directory `path` (symlinks followed inside the root). Host paths below it are
+   * formed only as `/proc/self/fd/<fd>/<one name>`. The caller closes it.
+   * @throws FsError (`not_a_directory` when `path` is not a directory)
+   */
+  async openDir(path: string): Promise<{ handle: FileHandle; path: string }> {
+    const r = await this.resolve(path, { followFinal: true });
+    const keep = r.name === null ? r.dir : await open(at(r), DIR_FLAGS).catch((err) => err as NodeJS.ErrnoException);
+    await Promise.all(r.held.filter((h) => h !== keep).map((h) => h.close().catch(() => undefined)));
+    if (keep instanceof Error) {
+      throw keep.code === 'ENOTDIR' || keep.code === 'ELOOP'
+        ? new FsError('not_a_directory', `${r.path} is not a directory`)
+        : toFsError(r.path, keep);
+    }
+    return { handle: keep, path: r.path };
+  }
+
   private async withResolved<T>(
     path: string,
     opts: { followFinal: boolean; createParents?: boolean },
@@ -259,12 +321,12 @@ export class SandboxFs {
 }
 
 /** Metadata of the resolved target; a directory addressed by its own handle is stat-ed through its magic link. */
-function statOf(r: Resolved): Promise<Stats> {
+export function statOf(r: Resolved): Promise<Stats> {
   return guard(r.path, () => (r.name === null ? stat(at(r)) : lstat(at(r))));
 }
 
 /** The host path that names `r` through its held directory handle. */
-function at(r: Resolved): string {
+export function at(r: Resolved): string {
   return r.name === null ? `/proc/self/fd/${r.dir.fd}` : `/proc/self/fd/${r.dir.fd}/${r.name}`;
 }
 
@@ -335,7 +397,7 @@ async function removeTree(parent: FileHandle, name: string, path: string): Promi
   await guard(path, () => rmdir(dirHostPath));
 }
 
-function infoOf(path: string, st: Stats, symlinkTarget?: string): FileInfo {
+export function infoOf(path: string, st: Stats, symlinkTarget?: string): FileInfo {
   const type = st.isFile() ? 'file' : st.isDirectory() ? 'directory' : st.isSymbolicLink() ? 'symlink' : 'other';
   const name = path === '/' ? '/' : (path.split('/').pop() ?? '');
   const info: FileInfo = {
@@ -350,7 +412,7 @@ function infoOf(path: string, st: Stats, symlinkTarget?: string): FileInfo {
   return info;
 }
 
-async function guard<T>(path: string, fn: () => Promise<T>): Promise<T> {
+export async function guard<T>(path: string, fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {

@@ -1,17 +1,27 @@
-import { Readable, Transform, type TransformCallback } from 'node:stream';
+import { Readable } from 'node:stream';
 import {
+  ArchiveQuerySchema,
+  ArchiveUploadResultSchema,
+  BatchWriteRequestSchema,
+  BatchWriteResponseSchema,
+  ChmodRequestSchema,
   ErrorCode,
+  ExistsResponseSchema,
   FileInfoSchema,
   FileListSchema,
+  type FileWatchEvent,
   ListFilesQuerySchema,
-  MAX_FILE_UPLOAD_BYTES,
+  MAX_BATCH_WRITE_BYTES,
   MkdirRequestSchema,
   PathQuerySchema,
   RemoveFileQuerySchema,
   RenameRequestSchema,
   SandboxParamsSchema,
+  WatchQuerySchema,
   WriteFileQuerySchema,
 } from '@burrow/contract';
+import { extractArchive, packDirectory, watchDirectory } from '@burrow/runtime';
+import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
@@ -19,30 +29,32 @@ import { ERROR_RESPONSES } from './error-responses.js';
 import { principalOf } from './principal.js';
 import type { ZodApp } from './zod-app.js';
 
-function tooLarge(): ApiError {
-  return new ApiError(ErrorCode.payloadTooLarge, `file uploads are limited to ${MAX_FILE_UPLOAD_BYTES} bytes`, {
-    hint: 'split the file, or copy it in from inside the sandbox (curl, git)',
+/** Raw bodies (files, archives) are streamed to disk: no size limit beyond the sandbox disk. */
+const UNLIMITED_BODY_BYTES = Number.MAX_SAFE_INTEGER;
+/** Interval of SSE keep-alive comments and sandbox liveness checks on a watch stream, in ms. */
+const WATCH_HEARTBEAT_MS = 15_000;
+
+/** The request body as a stream, or an empty one; refuses a body that was parsed as something else. */
+function rawBody(request: FastifyRequest): Readable {
+  const body: unknown = request.body;
+  if (body === undefined || body === null) return Readable.from([]);
+  if (body instanceof Readable) return body;
+  throw new ApiError(ErrorCode.invalidRequest, 'send the raw bytes, not JSON or a form', {
+    hint: 'use content-type application/octet-stream (files) or application/x-tar / application/gzip (archives)',
   });
 }
 
-/** Passes bytes through and fails once more than `limitBytes` went by. */
-export class ByteLimit extends Transform {
-  private seen = 0;
-  constructor(private readonly limitBytes: number) {
-    super();
-  }
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.seen += chunk.length;
-    if (this.seen > this.limitBytes) callback(tooLarge());
-    else callback(null, chunk);
-  }
-}
-
-/** `/v1/sandboxes/{id}/files…`: list, stat, read, write (streamed octet-stream), mkdir, rename, remove. */
+/**
+ * `/v1/sandboxes/{id}/files…`: list, stat, exists, read, write (streamed, any size), batch write, mkdir, rename,
+ * chmod, remove, tar upload/download of directories, and a watch stream (server-sent events).
+ */
 export function registerFileRoutes(app: ZodApp, services: Services): void {
   const tags = ['files'];
-  // The body stays a stream; the route enforces the size limit while writing.
-  app.addContentTypeParser('application/octet-stream', (_request, payload, done) => done(null, payload));
+  // Raw bodies stay streams, written to the sandbox disk as they arrive.
+  app.addContentTypeParser(
+    ['application/octet-stream', 'application/x-tar', 'application/gzip', 'application/x-gzip'],
+    (_request, payload, done) => done(null, payload),
+  );
 
   app.get(
     '/sandboxes/:id/files',
@@ -102,34 +114,22 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
   app.put(
     '/sandboxes/:id/files/content',
     {
-      bodyLimit: MAX_FILE_UPLOAD_BYTES,
+      bodyLimit: UNLIMITED_BODY_BYTES,
       schema: {
         tags,
-        summary: 'Write a file from the raw request body (application/octet-stream), creating missing parents',
+        summary:
+          'Write a file from the raw request body (application/octet-stream, streamed, any size), atomically, ' +
+          'creating missing parents',
         params: SandboxParamsSchema,
         querystring: WriteFileQuerySchema,
         response: { 200: FileInfoSchema, ...ERROR_RESPONSES },
       },
     },
     async (request) => {
-      const body: unknown = request.body;
-      let data: Buffer | Readable;
-      if (body === undefined || body === null) data = Buffer.alloc(0);
-      else if (body instanceof Readable) data = body;
-      else {
-        throw new ApiError(ErrorCode.invalidRequest, 'file contents must be sent as application/octet-stream', {
-          hint: 'send the raw bytes with content-type application/octet-stream',
-        });
-      }
-      const declared = Number(request.headers['content-length'] ?? 0);
-      if (declared > MAX_FILE_UPLOAD_BYTES) throw tooLarge();
-      const limited = data instanceof Readable ? data.pipe(new ByteLimit(MAX_FILE_UPLOAD_BYTES)) : data;
-      if (data instanceof Readable && limited instanceof Transform) {
-        data.on('error', (error) => limited.destroy(error));
-      }
+      const body = rawBody(request);
       const mode = Number.parseInt(request.query.mode, 8);
       return services.files.with(principalOf(request), request.params.id, (fs) =>
-        fs.write(request.query.path, limited, { mode }),
+        fs.write(request.query.path, body, { mode }),
       );
     },
   );
@@ -180,6 +180,163 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
       const { path, recursive } = request.query;
       await services.files.with(principalOf(request), request.params.id, (fs) => fs.remove(path, { recursive }));
       return reply.code(204).send(null);
+    },
+  );
+  app.get(
+    '/sandboxes/:id/files/exists',
+    {
+      schema: {
+        tags,
+        summary: 'Whether a path exists (a dangling symlink counts)',
+        params: SandboxParamsSchema,
+        querystring: PathQuerySchema,
+        response: { 200: ExistsResponseSchema, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) => ({
+      exists: await services.files.with(principalOf(request), request.params.id, (fs) => fs.exists(request.query.path)),
+    }),
+  );
+  app.post(
+    '/sandboxes/:id/files/chmod',
+    {
+      schema: {
+        tags,
+        summary: 'Set the permission bits of a path (symlinks followed inside the sandbox)',
+        params: SandboxParamsSchema,
+        body: ChmodRequestSchema,
+        response: { 200: FileInfoSchema, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) =>
+      services.files.with(principalOf(request), request.params.id, (fs) =>
+        fs.chmod(request.body.path, Number.parseInt(request.body.mode, 8)),
+      ),
+  );
+  app.post(
+    '/sandboxes/:id/files/batch',
+    {
+      bodyLimit: MAX_BATCH_WRITE_BYTES,
+      schema: {
+        tags,
+        summary: `Write several files in one call (JSON, contents inline as UTF-8 or base64; at most ${MAX_BATCH_WRITE_BYTES} bytes of body), in order, each atomically`,
+        params: SandboxParamsSchema,
+        body: BatchWriteRequestSchema,
+        response: { 200: BatchWriteResponseSchema, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) =>
+      services.files.with(principalOf(request), request.params.id, async (fs) => {
+        const items = [];
+        for (const file of request.body.files) {
+          const data = Buffer.from(file.content, file.encoding);
+          items.push(await fs.write(file.path, data, { mode: Number.parseInt(file.mode, 8) }));
+        }
+        return { items };
+      }),
+  );
+  app.put(
+    '/sandboxes/:id/files/archive',
+    {
+      bodyLimit: UNLIMITED_BODY_BYTES,
+      schema: {
+        tags,
+        summary:
+          'Extract a tar (application/x-tar; gzip detected) into a directory, streamed. Entries that would leave ' +
+          'the directory (.., links out), devices and FIFOs are skipped, absolute names and setuid bits ' +
+          'neutralised; the answer lists each',
+        params: SandboxParamsSchema,
+        querystring: ArchiveQuerySchema,
+        response: { 200: ArchiveUploadResultSchema, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) => {
+      const body = rawBody(request);
+      return services.files.with(principalOf(request), request.params.id, (fs) =>
+        extractArchive(fs, request.query.path, body),
+      );
+    },
+  );
+  app.get(
+    '/sandboxes/:id/files/archive',
+    {
+      schema: {
+        tags,
+        summary:
+          'Download a directory as a tar stream (application/x-tar, or application/gzip with gzip=true); ' +
+          'symlinks are stored as links, never followed',
+        params: SandboxParamsSchema,
+        querystring: ArchiveQuerySchema,
+        response: { 200: z.string().describe('tar bytes'), ...ERROR_RESPONSES },
+      },
+    },
+    async (request, reply) => {
+      const { path, gzip } = request.query;
+      const stream = await services.files.with(principalOf(request), request.params.id, (fs) =>
+        packDirectory(fs, path, { gzip }),
+      );
+      return reply.type(gzip ? 'application/gzip' : 'application/x-tar').send(stream as unknown as string);
+    },
+  );
+  app.get(
+    '/sandboxes/:id/files/watch',
+    {
+      schema: {
+        tags,
+        summary:
+          'Watch a directory: a text/event-stream of FileWatchEvent JSON objects (`data:` lines), `ready` first, ' +
+          'then create / modify / delete / rename; recursive=true includes subdirectories',
+        params: SandboxParamsSchema,
+        querystring: WatchQuerySchema,
+        response: { 200: z.string().describe('text/event-stream of FileWatchEvent'), ...ERROR_RESPONSES },
+      },
+    },
+    async (request, reply) => {
+      const caller = principalOf(request);
+      const { id } = request.params;
+      const queued: FileWatchEvent[] = [];
+      let send = (event: FileWatchEvent) => {
+        queued.push(event);
+      };
+      const watch = await services.files.with(caller, id, (fs) =>
+        watchDirectory(fs, request.query.path, (event) => send(event), { recursive: request.query.recursive }),
+      );
+      reply.hijack();
+      reply.raw.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+        'x-accel-buffering': 'no',
+        'x-request-id': request.id,
+        // A watch ends when either side goes; its socket is not reused.
+        connection: 'close',
+      });
+      let open = true;
+      const finish = () => {
+        if (!open) return;
+        open = false;
+        clearInterval(heartbeat);
+        void watch.close();
+        reply.raw.end();
+      };
+      send = (event) => {
+        if (!open) return;
+        reply.raw.write(`data: ${JSON.stringify(event)}\n\n`);
+        if (event.type === 'end') finish();
+      };
+      for (const event of queued.splice(0)) send(event);
+      const heartbeat = setInterval(() => {
+        void services.files
+          .isRunning(caller, id)
+          .then((running) => {
+            if (running) reply.raw.write(': keep-alive\n\n');
+            else send({ type: 'end', reason: `sandbox ${id} is no longer running` });
+          })
+          .catch(() => send({ type: 'end', reason: `sandbox ${id} is gone` }));
+      }, WATCH_HEARTBEAT_MS);
+      heartbeat.unref();
+      request.raw.on('close', finish);
+      reply.raw.on('close', finish);
+      return reply;
     },
   );
 }

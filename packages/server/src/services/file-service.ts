@@ -12,6 +12,8 @@ const FS_HINTS: Partial<Record<ErrorCode, string>> = {
   not_a_directory: 'check each component of the path',
   directory_not_empty: 'pass recursive=true to remove it with its contents',
   file_exists: 'pick another name or remove the existing one first',
+  no_space: 'free space in the sandbox, or create it with a larger diskMiB',
+  forbidden: 'the sandbox file system refused the operation (read-only or permission bits)',
 };
 
 /** Turn a {@link FsError} into the API error envelope; anything else passes through. */
@@ -24,6 +26,12 @@ export function mapFsError(error: unknown): unknown {
 /** File access inside running sandboxes, through {@link SandboxFs} (never by joining host paths). */
 export class FileService {
   constructor(private readonly deps: { sandboxes: SandboxService; driver: RuntimeDriver; mutex: KeyedMutex }) {}
+
+  /** Whether sandbox `id` still exists and runs (for long-lived streams such as watches). */
+  async isRunning(caller: Principal, id: string): Promise<boolean> {
+    const sandbox = await this.deps.sandboxes.require(caller.tenantId, id);
+    return sandbox.state === 'running';
+  }
 
   /**
    * Run `fn` with the file view of sandbox `id`; file errors become API errors.

@@ -1,0 +1,400 @@
+import { once } from 'node:events';
+import { constants as fsc } from 'node:fs';
+import { chmod, type FileHandle, link, lstat, mkdir, open, readdir, readlink, symlink, unlink } from 'node:fs/promises';
+import { posix } from 'node:path';
+import { Readable } from 'node:stream';
+import { createGzip } from 'node:zlib';
+import type { ArchiveEntryIssue, ArchiveUploadResult } from '@burrow/contract';
+import { Header, type HeaderData, Parser, Pax, type ReadEntry } from 'tar';
+import { DIR_FLAGS, FsError, NAME_MAX_BYTES, type SandboxFs, toFsError } from './sandbox-fs.js';
+
+/** Most issues listed in one {@link ArchiveUploadResult} (the count covers all). */
+export const MAX_LISTED_ISSUES = 1000;
+/** Read size while packing a file: 1 MiB. */
+const READ_CHUNK_BYTES = 1024 * 1024;
+/** Directory handles kept open while extracting one archive. */
+const MAX_CACHED_DIRS = 512;
+
+/**
+ * Extract a tar (gzip detected by its magic bytes) into the directory `targetPath` of a sandbox, entry by entry,
+ * streaming: no entry is held in memory.
+ *
+ * Containment is by construction: `targetPath` is resolved by {@link SandboxFs} (inside the root), then every entry is
+ * created through held directory handles below it, one name at a time with `O_NOFOLLOW`: an entry never passes
+ * through a symlink, so nothing is written outside `targetPath` even when earlier entries or code in the sandbox
+ * planted symlinks. Entries with `..`, symlinks whose target is absolute or climbs out of `targetPath`, hard links to
+ * names outside the archive, device nodes and FIFOs are skipped; absolute names are made relative and setuid, setgid
+ * and sticky bits cleared (neutralised). The result lists each.
+ * @throws FsError (`no_space` when the disk fills; `invalid_request` for a malformed archive; errors resolving
+ * `targetPath`)
+ */
+export async function extractArchive(
+  fs: SandboxFs,
+  targetPath: string,
+  body: AsyncIterable<Buffer | Uint8Array>,
+): Promise<ArchiveUploadResult> {
+  await fs.mkdir(targetPath);
+  const target = await fs.openDir(targetPath);
+  const dirs = new DirCache(target.handle);
+  const result: ArchiveUploadResult = {
+    path: target.path,
+    files: 0,
+    directories: 0,
+    symlinks: 0,
+    hardLinks: 0,
+    bytes: 0,
+    issues: [],
+    issueCount: 0,
+  };
+  const issue = (path: string, action: ArchiveEntryIssue['action'], reason: string) => {
+    result.issueCount++;
+    if (result.issues.length < MAX_LISTED_ISSUES) result.issues.push({ path, action, reason });
+  };
+  const parser = new Parser({ strict: true });
+  const entries = new EntryQueue(parser);
+  const feeding = (async () => {
+    for await (const chunk of body) {
+      if (entries.failed) return;
+      if (!parser.write(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength))) {
+        await Promise.race([once(parser, 'drain'), entries.done]);
+      }
+    }
+    parser.end();
+  })().catch((err: unknown) => entries.fail(err));
+  try {
+    for (let entry = await entries.next(); entry !== null; entry = await entries.next()) {
+      await extractEntry(dirs, entry, result, issue).finally(() => entry.resume());
+    }
+    await feeding;
+    if (entries.error !== undefined) throw entries.error;
+    return result;
+  } catch (err) {
+    entries.fail(err);
+    // Let the feeder stop reading the body before answering.
+    await feeding;
+    const code = (err as { code?: string }).code;
+    if (typeof code === 'string' && code.startsWith('TAR_')) {
+      throw new FsError('invalid_request', `not a valid tar archive: ${(err as Error).message}`, { cause: err });
+    }
+    throw toFsError(target.path, err);
+  } finally {
+    await dirs.close();
+  }
+}
+
+async function extractEntry(
+  dirs: DirCache,
+  entry: ReadEntry,
+  result: ArchiveUploadResult,
+  issue: (path: string, action: ArchiveEntryIssue['action'], reason: string) => void,
+): Promise<void> {
+  const raw = entry.path;
+  const parts = entryParts(raw);
+  if (typeof parts === 'string') return issue(raw, 'skipped', parts);
+  if (raw.startsWith('/')) issue(raw, 'neutralised', 'absolute name made relative to the target directory');
+  const mode = entry.mode ?? 0o644;
+  if ((mode & 0o7000) !== 0 && entry.type !== 'SymbolicLink') {
+    issue(raw, 'neutralised', 'setuid, setgid and sticky bits cleared');
+  }
+  const perm = mode & 0o777;
+  if (entry.type === 'Directory') {
+    if (parts.length === 0) return; // the archive's own top directory (`./`)
+    const dir = await dirs.dirFor(parts, true);
+    if (typeof dir === 'string') return issue(raw, 'skipped', dir);
+    await dirs.chmodDir(dir, perm);
+    result.directories++;
+    return;
+  }
+  if (parts.length === 0) return issue(raw, 'skipped', 'empty name');
+  const name = parts[parts.length - 1] as string;
+  const parent = await dirs.dirFor(parts.slice(0, -1), true);
+  if (typeof parent === 'string') return issue(raw, 'skipped', parent);
+  const hostPath = `/proc/self/fd/${parent.fd}/${name}`;
+  switch (entry.type) {
+    case 'File':
+    case 'OldFile':
+    case 'ContiguousFile': {
+      let fh: FileHandle;
+      try {
+        fh = await open(hostPath, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_TRUNC | fsc.O_NOFOLLOW | fsc.O_NONBLOCK, perm);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ELOOP') return issue(raw, 'skipped', 'a symlink of that name is in the way');
+        if (code === 'EISDIR') return issue(raw, 'skipped', 'a directory of that name is in the way');
+        throw err;
+      }
+      try {
+        const st = await fh.stat();
+        if (!st.isFile()) return issue(raw, 'skipped', 'something other than a regular file is in the way');
+        for await (const chunk of entry) {
+          await fh.write(chunk as Buffer);
+          result.bytes += (chunk as Buffer).length;
+        }
+        await fh.chmod(perm);
+        if (entry.mtime !== undefined) await fh.utimes(entry.mtime, entry.mtime);
+      } finally {
+        await fh.close();
+      }
+      result.files++;
+      return;
+    }
+    case 'SymbolicLink': {
+      const target = entry.linkpath ?? '';
+      if (target === '' || target.includes('\0')) return issue(raw, 'skipped', 'empty symlink target');
+      if (target.startsWith('/')) return issue(raw, 'skipped', `symlink target ${target} is absolute`);
+      const resolved = posix.normalize(posix.join(...parts.slice(0, -1), target));
+      if (resolved === '..' || resolved.startsWith('../')) {
+        return issue(raw, 'skipped', `symlink target ${target} points outside the target directory`);
+      }
+      await removeNonDirectory(hostPath);
+      await symlink(target, hostPath);
+      result.symlinks++;
+      return;
+    }
+    case 'Link': {
+      const linkParts = entryParts(entry.linkpath ?? '');
+      if (typeof linkParts === 'string' || linkParts.length === 0) {
+        return issue(raw, 'skipped', `hard link target ${entry.linkpath ?? ''} is outside the archive`);
+      }
+      const srcDir = await dirs.dirFor(linkParts.slice(0, -1), false);
+      if (typeof srcDir === 'string') return issue(raw, 'skipped', `hard link target ${entry.linkpath} not found`);
+      const srcPath = `/proc/self/fd/${srcDir.fd}/${linkParts[linkParts.length - 1]}`;
+      const st = await lstat(srcPath).catch(() => null);
+      if (st === null || !st.isFile()) {
+        return issue(raw, 'skipped', `hard link target ${entry.linkpath} is not a regular file in the archive`);
+      }
+      await removeNonDirectory(hostPath);
+      // linkat without AT_SYMLINK_FOLLOW: the source's final name is never followed.
+      await link(srcPath, hostPath);
+      result.hardLinks++;
+      return;
+    }
+    case 'CharacterDevice':
+    case 'BlockDevice':
+      return issue(raw, 'skipped', 'device nodes are not extracted');
+    case 'FIFO':
+      return issue(raw, 'skipped', 'FIFOs are not extracted');
+    default:
+      return issue(raw, 'skipped', `unsupported entry type ${entry.type}`);
+  }
+}
+
+/** The components of an entry name below the target, or why it is refused. */
+function entryParts(name: string): string[] | string {
+  if (name.includes('\0')) return 'name contains a NUL byte';
+  const parts = name.split('/').filter((p) => p !== '' && p !== '.');
+  if (parts.includes('..')) return 'name contains .. (would climb out of the target directory)';
+  if (parts.some((p) => Buffer.byteLength(p) > NAME_MAX_BYTES)) return 'a name component is longer than 255 bytes';
+  return parts;
+}
+
+async function removeNonDirectory(hostPath: string): Promise<void> {
+  const st = await lstat(hostPath).catch(() => null);
+  if (st === null) return;
+  if (st.isDirectory()) throw new FsError('file_exists', 'a directory is in the way');
+  await unlink(hostPath);
+}
+
+/** Directory handles below the extraction target, opened one name at a time and never through a symlink. */
+class DirCache {
+  private readonly dirs = new Map<string, FileHandle>();
+  constructor(private readonly root: FileHandle) {}
+
+  /** The handle of the directory `parts` below the target (created when `create`), or why there is none. */
+  async dirFor(parts: string[], create: boolean): Promise<FileHandle | string> {
+    let dir = this.root;
+    for (let i = 0; i < parts.length; i++) {
+      const key = parts.slice(0, i + 1).join('/');
+      const cached = this.dirs.get(key);
+      if (cached !== undefined) {
+        dir = cached;
+        continue;
+      }
+      const hostPath = `/proc/self/fd/${dir.fd}/${parts[i]}`;
+      let child: FileHandle;
+      try {
+        child = await open(hostPath, DIR_FLAGS);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT' && create) {
+          await mkdir(hostPath, 0o755).catch((e: NodeJS.ErrnoException) => {
+            if (e.code !== 'EEXIST') throw e;
+          });
+          i--;
+          continue;
+        }
+        if (code === 'ENOENT') return `${key} does not exist`;
+        if (code === 'ENOTDIR' || code === 'ELOOP') return `${key} is a symlink or not a directory; not followed`;
+        throw err;
+      }
+      if (this.dirs.size >= MAX_CACHED_DIRS) await this.evict();
+      this.dirs.set(key, child);
+      dir = child;
+    }
+    return dir;
+  }
+
+  async chmodDir(dir: FileHandle, mode: number): Promise<void> {
+    await chmod(`/proc/self/fd/${dir.fd}`, mode | 0o700);
+  }
+
+  private async evict(): Promise<void> {
+    const all = [...this.dirs.values()];
+    this.dirs.clear();
+    await Promise.all(all.map((h) => h.close().catch(() => undefined)));
+  }
+
+  async close(): Promise<void> {
+    await this.evict();
+    await this.root.close().catch(() => undefined);
+  }
+}
+
+/** Hands the parser's entries to one consumer in order; records the first failure. */
+class EntryQueue {
+  private readonly queue: ReadEntry[] = [];
+  private ended = false;
+  error: unknown;
+  failed = false;
+  private wake: (() => void) | undefined;
+  private resolveDone!: () => void;
+  /** Settles once the archive ended or failed. */
+  readonly done = new Promise<void>((resolve) => {
+    this.resolveDone = resolve;
+  });
+
+  constructor(private readonly parser: Parser) {
+    parser.on('entry', (entry: ReadEntry) => {
+      this.queue.push(entry);
+      this.poke();
+    });
+    parser.on('end', () => {
+      this.ended = true;
+      this.resolveDone();
+      this.poke();
+    });
+    parser.on('error', (err: unknown) => this.fail(err));
+  }
+
+  fail(err: unknown): void {
+    if (this.failed) return;
+    this.failed = true;
+    this.error = err;
+    this.ended = true;
+    this.parser.abort(err instanceof Error ? err : new Error(String(err)));
+    this.resolveDone();
+    this.poke();
+  }
+
+  private poke(): void {
+    const wake = this.wake;
+    this.wake = undefined;
+    wake?.();
+  }
+
+  async next(): Promise<ReadEntry | null> {
+    for (;;) {
+      if (this.failed) throw this.error;
+      const entry = this.queue.shift();
+      if (entry !== undefined) return entry;
+      if (this.ended) return null;
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+      });
+    }
+  }
+}
+
+/**
+ * The directory `path` of a sandbox as a tar stream (optionally gzip, level 1), produced while it is read: files,
+ * directories and symlinks (as links, never followed); sockets, FIFOs and devices are left out. Every name is opened
+ * through a held directory handle with `O_NOFOLLOW`, so a swap for a symlink mid-walk cannot reach outside.
+ * A file that shrinks while read is padded with zeros to the size in its header; one that grows is cut there.
+ * @throws FsError resolving `path` (before any byte is produced)
+ */
+export async function packDirectory(fs: SandboxFs, path: string, options: { gzip?: boolean } = {}): Promise<Readable> {
+  const { handle } = await fs.openDir(path);
+  const tar = Readable.from(
+    (async function* () {
+      try {
+        yield* walkInto(handle, '');
+        yield Buffer.alloc(1024);
+      } finally {
+        await handle.close().catch(() => undefined);
+      }
+    })(),
+    { objectMode: false, highWaterMark: READ_CHUNK_BYTES },
+  );
+  if (options.gzip !== true) return tar;
+  const gzip = createGzip({ level: 1 });
+  tar.on('error', (err) => gzip.destroy(err));
+  return tar.pipe(gzip);
+}
+
+async function* walkInto(dir: FileHandle, rel: string): AsyncGenerator<Buffer> {
+  const names = (await readdir(`/proc/self/fd/${dir.fd}`).catch(() => [] as string[])).sort();
+  for (const name of names) {
+    const hostPath = `/proc/self/fd/${dir.fd}/${name}`;
+    const relPath = rel === '' ? name : `${rel}/${name}`;
+    const st = await lstat(hostPath).catch(() => null);
+    if (st === null) continue; // removed meanwhile
+    const base = { mode: st.mode & 0o7777, mtime: st.mtime, uid: st.uid, gid: st.gid };
+    if (st.isDirectory()) {
+      const child = await open(hostPath, DIR_FLAGS).catch(() => null);
+      if (child === null) continue; // swapped for something else meanwhile
+      try {
+        yield headerBlocks({ ...base, path: `${relPath}/`, type: 'Directory', size: 0 });
+        yield* walkInto(child, relPath);
+      } finally {
+        await child.close();
+      }
+    } else if (st.isSymbolicLink()) {
+      const target = await readlink(hostPath).catch(() => null);
+      if (target !== null)
+        yield headerBlocks({ ...base, path: relPath, type: 'SymbolicLink', size: 0, linkpath: target });
+    } else if (st.isFile()) {
+      const fh = await open(hostPath, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK).catch(() => null);
+      if (fh === null) continue;
+      try {
+        const fst = await fh.stat();
+        if (!fst.isFile()) continue;
+        yield headerBlocks({ ...base, mode: fst.mode & 0o7777, path: relPath, type: 'File', size: fst.size });
+        yield* fileBlocks(fh, fst.size);
+      } finally {
+        await fh.close();
+      }
+    }
+  }
+}
+
+async function* fileBlocks(fh: FileHandle, sizeBytes: number): AsyncGenerator<Buffer> {
+  let left = sizeBytes;
+  while (left > 0) {
+    const buf = Buffer.allocUnsafe(Math.min(left, READ_CHUNK_BYTES));
+    const { bytesRead } = await fh.read(buf, 0, buf.length, null);
+    if (bytesRead === 0) break;
+    yield bytesRead === buf.length ? buf : buf.subarray(0, bytesRead);
+    left -= bytesRead;
+  }
+  while (left > 0) {
+    const n = Math.min(left, READ_CHUNK_BYTES);
+    yield Buffer.alloc(n);
+    left -= n;
+  }
+  const pad = (512 - (sizeBytes % 512)) % 512;
+  if (pad > 0) yield Buffer.alloc(pad);
+}
+
+/** A ustar header block, preceded by a PAX extended header when a field does not fit (long names, big sizes). */
+function headerBlocks(data: HeaderData): Buffer {
+  const block = Buffer.alloc(512);
+  const needPax = new Header(data).encode(block, 0);
+  if (!needPax) return block;
+  const ex: HeaderData = {};
+  if (data.path !== undefined) ex.path = data.path;
+  if (data.linkpath !== undefined) ex.linkpath = data.linkpath;
+  if (data.size !== undefined) ex.size = data.size;
+  if (data.mtime !== undefined) ex.mtime = data.mtime;
+  const pax = new Pax(ex).encode();
+  return Buffer.concat([pax, block]);
+}
