@@ -38,6 +38,18 @@ export const UserSchema = z
   .string()
   .regex(/^([a-z_][a-z0-9_-]{0,31}\$?|\d{1,10})$/, 'a user name (a-z, 0-9, _ and -) or a numeric uid');
 
+/** Most bytes of argv plus env of one command: 1 MiB (the host's ARG_MAX is 2 MiB for everything together). */
+export const MAX_COMMAND_BYTES = 1024 * 1024;
+
+/** UTF-8 bytes of a command's argv (or shell string) and env entries, each counted with its terminator. */
+function commandBytes(cmd: string | string[], env: Record<string, string>): number {
+  const args = typeof cmd === 'string' ? [cmd] : cmd;
+  let total = 0;
+  for (const a of args) total += Buffer.byteLength(a) + 1;
+  for (const [k, v] of Object.entries(env)) total += Buffer.byteLength(k) + Buffer.byteLength(v) + 2;
+  return total;
+}
+
 /** Body of `POST /v1/sandboxes/{id}/exec`, and of the `start` frame of the streaming form. */
 export const ExecRequestSchema = z
   .object({
@@ -54,6 +66,10 @@ export const ExecRequestSchema = z
     stdin: z.base64().max(14_000_000).optional(),
   })
   .strict()
+  .refine((r) => commandBytes(r.cmd, r.env) <= MAX_COMMAND_BYTES, {
+    message: 'the command and its env may total at most 1 MiB; pass large data through stdin or a file',
+    path: ['cmd'],
+  })
   .meta({ id: 'ExecRequest' });
 export type ExecRequest = z.input<typeof ExecRequestSchema>;
 

@@ -18,3 +18,14 @@ describe('NUL bytes are refused at validation', () => {
     expect(CreateApiKeyRequestSchema.safeParse({ name: 'ci bot' }).success).toBe(true);
   });
 });
+
+describe('exec requests', () => {
+  it('refuse a command plus env over 1 MiB, accept one just under', async () => {
+    const { ExecRequestSchema, MAX_COMMAND_BYTES } = await import('./exec.js');
+    const big = 'x'.repeat(128 * 1024);
+    expect(ExecRequestSchema.safeParse({ cmd: Array(20).fill(big) }).success).toBe(false);
+    const under = Array(8).fill('x'.repeat(Math.floor(MAX_COMMAND_BYTES / 8) - 64));
+    expect(ExecRequestSchema.safeParse({ cmd: ['echo', ...under] }).success).toBe(true);
+    expect(ExecRequestSchema.safeParse({ cmd: ['true'], env: { A: 'y'.repeat(30_000) } }).success).toBe(true);
+  });
+});

@@ -87,10 +87,16 @@ export async function startSandboxProcess(input: StartProcessInput): Promise<San
   );
   if (pid === null) {
     const log = await readFile(input.logFile, 'utf8').catch(() => '');
-    if (!/error finding executable/.test(log)) {
+    if (!/error finding executable|failed to load .*: permission denied/.test(log)) {
       stdout.resume();
       stderr.resume();
       await exited.catch(() => undefined);
+      const cwd = log.match(/failed to find initial working directory "([^"]*)"/);
+      if (cwd) {
+        throw new RuntimeError(`the working directory ${cwd[1]} does not exist in the sandbox`, fatalLines(log), {
+          code: 'invalid_request',
+        });
+      }
       throw new RuntimeError(`cannot exec in sandbox ${input.sandboxId}`, fatalLines(log));
     }
   }
@@ -166,7 +172,9 @@ export function exitFromLog(log: string, code: number | null, signal: NodeJS.Sig
     if (termSignal === 0) return { exitCode: (status >> 8) & 0xff, signal: null };
     return { exitCode: null, signal: signalName(termSignal) };
   }
+  // Like a shell: 127 for a program that is not there, 126 for one that cannot be executed (a directory, no x bit).
   if (/error finding executable/.test(log)) return { exitCode: 127, signal: null };
+  if (/failed to load .*: permission denied/.test(log)) return { exitCode: 126, signal: null };
   if (signal !== null) return { exitCode: null, signal };
   return { exitCode: code ?? 128, signal: null };
 }

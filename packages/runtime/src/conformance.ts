@@ -4,7 +4,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Resources } from '@burrow/contract';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ProcessExit, RuntimeDriver, TemplateRef } from './driver.js';
+import { type ProcessExit, type RuntimeDriver, RuntimeError, type TemplateRef } from './driver.js';
 
 /** What {@link runDriverConformance} needs from a driver under test. */
 export interface ConformanceSubject {
@@ -172,6 +172,16 @@ export function runDriverConformance(name: string, makeDriver: () => Promise<Con
         cwd: '/usr/lib',
       });
       expect(result.stdout.toString()).toBe('hello world\n/usr/lib\n');
+    });
+
+    it("a program that cannot be executed exits 126; a missing cwd is the caller's error", async () => {
+      expect((await run(shared, ['/root'])).exitCode).toBe(126);
+      const error = await subject.driver.exec(shared, { argv: ['true'], env: ENV, cwd: '/no/such/dir' }).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(RuntimeError);
+      expect((error as RuntimeError).code).toBe('invalid_request');
     });
 
     it('a missing program exits 127 with a message', async () => {

@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import type { Resources } from '@burrow/contract';
+import type { ErrorCode, Resources } from '@burrow/contract';
 
 /** Optional features a driver may have. Calling an unsupported one throws {@link UnsupportedError}. */
 export type Capability = 'checkpoint' | 'fork' | 'pty' | 'network';
@@ -213,15 +213,20 @@ export class CheckpointRejectedError extends Error {
   override readonly name = 'CheckpointRejectedError';
 }
 
-/** A runtime step failed. `details` carries the runtime's own output for the log. */
+/**
+ * A runtime step failed. `details` carries the runtime's own output for the log. `code` is set when the failure
+ * is the caller's mistake (for example a cwd that does not exist: `invalid_request`), so the API can answer 4xx.
+ */
 export class RuntimeError extends Error {
   override readonly name = 'RuntimeError';
+  readonly code: ErrorCode | undefined;
   constructor(
     message: string,
     readonly details?: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; code?: ErrorCode },
   ) {
     super(message, options);
+    this.code = options?.code;
   }
 }
 

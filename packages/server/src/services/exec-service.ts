@@ -1,6 +1,6 @@
 import type { ExecResult } from '@burrow/contract';
 import { ErrorCode, EXEC_OUTPUT_CAP_BYTES } from '@burrow/contract';
-import { type RuntimeDriver, SandboxFs, type SandboxProcess } from '@burrow/runtime';
+import { type RuntimeDriver, RuntimeError, SandboxFs, type SandboxProcess } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import { resolveUser } from '../commands/user-lookup.js';
 import type { SandboxRecord } from '../store/sandbox-store.js';
@@ -110,8 +110,14 @@ export class ExecService {
             cause: error,
           });
         }
+        if (error instanceof RuntimeError && error.code === ErrorCode.invalidRequest) {
+          throw new ApiError(ErrorCode.invalidRequest, error.message, {
+            hint: 'pass a cwd that exists in the sandbox (create it with files mkdir)',
+            cause: error,
+          });
+        }
         throw new ApiError(ErrorCode.runtimeError, `could not start the command: ${(error as Error).message}`, {
-          hint: 'check that the program exists in the sandbox and the cwd is a directory',
+          hint: 'retry; if it persists, see the server log under this request id',
           cause: error,
         });
       }
