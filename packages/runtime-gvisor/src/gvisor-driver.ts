@@ -267,10 +267,17 @@ export class GvisorDriver implements RuntimeDriver {
     if (!anything) return { status: 'missing', events };
     if (!this.exitReported.has(sandboxId)) {
       this.exitReported.add(sandboxId);
+      // The message says what happened and what to do; runsc's own log lines stay in the server log.
+      const oom = oomKills !== null && oomKills > 0;
+      const detail = await this.logTail(sandboxId, 5);
+      if (detail) this.logger?.warn({ sandboxId, runscLog: detail }, 'sandbox exited');
       events.push({
         type: 'RuntimeExited',
-        reason: oomKills !== null && oomKills > 0 ? 'OOMKilled' : 'SandboxExited',
-        message: `the sandbox is no longer running${state ? '' : ' (runsc has no container)'}: ${await this.logTail(sandboxId, 5)}`,
+        reason: oom ? 'OOMKilled' : 'SandboxExited',
+        message: oom
+          ? 'the sandbox stopped: it ran out of memory (its memory limit was reached, often by a runaway or forking ' +
+            'workload); delete it and create one with a larger memoryMiB'
+          : 'the sandbox stopped unexpectedly (its gVisor kernel exited); delete it and create a new one',
       });
     }
     return { status: 'stopped', events };
