@@ -15,15 +15,21 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 say "1/5 host packages"
 bash scripts/install-deps.sh
 say "2/5 npm ci and build"
-npm ci --no-audit --no-fund
+# npm ci again only when package-lock.json changed since the last install.
+if ! cmp -s package-lock.json node_modules/.burrow-installed-lock 2>/dev/null; then
+  npm ci --no-audit --no-fund
+  cp package-lock.json node_modules/.burrow-installed-lock
+fi
 npm run build
 say "3/5 burrow setup (database, admin key, base template)"
 node packages/cli/dist/bin.js setup --data-dir "$DATA_DIR"
 
 say "4/5 burrow server"
+started_here=no
 if curl -fsS "$BURROW_URL/v1/health" >/dev/null 2>&1; then
   echo "a Burrow server already answers at $BURROW_URL; using it" >&2
 else
+  started_here=yes
   nohup node packages/cli/dist/bin.js server --data-dir "$DATA_DIR" --port "$PORT" >>"$DATA_DIR/server.log" 2>&1 &
   echo $! >"$DATA_DIR/server.pid"
   for _ in $(seq 1 100); do curl -fsS "$BURROW_URL/v1/health" >/dev/null 2>&1 && break; sleep 0.2; done
@@ -39,5 +45,7 @@ cat >&2 <<MSG
 Burrow is running at $BURROW_URL. Try:
   npx burrow sandbox create            # prints a sandbox id
   npx burrow exec <id> -- python3 -c 'print(6*7)'
-Stop the server with: kill \$(cat $DATA_DIR/server.pid)
 MSG
+if [ "$started_here" = yes ]; then
+  echo "Stop the server with: kill \$(cat $DATA_DIR/server.pid)" >&2
+fi

@@ -50,6 +50,8 @@ export function registerServerCommands(
       const server = await loadServerModule();
       const overrides: ConfigOverrides = {};
       if (options.dataDir !== undefined) overrides.dataDir = options.dataDir;
+      // The spinner shows progress; the server's info logs would interleave with it as raw JSON.
+      if (context.env.BURROW_LOG_LEVEL === undefined) overrides.logLevel = 'warn';
       const spinner = new ProgressSpinner(context.stderr, 'setting up Burrow');
       spinner.start();
       try {
