@@ -3,6 +3,7 @@ import type { CliContext } from './cli-context.js';
 import { registerExecCommand } from './commands/exec-command.js';
 import { registerFilesCommands } from './commands/files-commands.js';
 import { registerKeysCommands } from './commands/keys-commands.js';
+import { registerPersistenceCommands } from './commands/persistence-commands.js';
 import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
@@ -28,6 +29,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
       writeErr: (text) => context.stderr.write(text),
     });
   registerSandboxCommands(program, context);
+  registerPersistenceCommands(program, context);
   registerExecCommand(program, context);
   registerProcessCommands(program, context);
   registerFilesCommands(program, context);

@@ -1,5 +1,6 @@
 import { type Snapshot, SnapshotListSchema, SnapshotSchema } from '@burrow/contract';
-import type { HttpClient } from './http-client.js';
+import type { ConnectionOptions } from './connection-config.js';
+import { HttpClient } from './http-client.js';
 
 /** Options of {@link Snapshots.create}. */
 export interface CreateSnapshotOptions {
@@ -9,15 +10,29 @@ export interface CreateSnapshotOptions {
   memory?: boolean | undefined;
 }
 
-/** Snapshots of one sandbox: `sandbox.snapshots`. Get and delete take a name or `snp_` id of any of the tenant's snapshots. */
+/**
+ * Snapshots of one sandbox (`sandbox.snapshots`), or of the whole tenant ({@link Snapshots.connect}). Get and
+ * delete take a name or `snp_` id of any of the tenant's snapshots.
+ */
 export class Snapshots {
   readonly #http: HttpClient;
-  readonly #sandboxId: string;
+  readonly #sandboxId: string | null;
 
   /** @internal */
-  constructor(http: HttpClient, sandboxId: string) {
+  constructor(http: HttpClient, sandboxId: string | null) {
     this.#http = http;
     this.#sandboxId = sandboxId;
+  }
+
+  /**
+   * Snapshots of every sandbox of the key's tenant (list, get, delete; `create` needs a sandbox).
+   * @example
+   * ```ts
+   * const all = await Snapshots.connect().list();
+   * ```
+   */
+  static connect(options: ConnectionOptions = {}): Snapshots {
+    return new Snapshots(new HttpClient(options), null);
   }
 
   /**
@@ -32,13 +47,14 @@ export class Snapshots {
    * ```
    */
   async create(options: CreateSnapshotOptions = {}): Promise<Snapshot> {
+    if (this.#sandboxId === null) throw new TypeError('create a snapshot through sandbox.snapshots');
     return this.#http.json(SnapshotSchema, 'POST', `/sandboxes/${encodeURIComponent(this.#sandboxId)}/snapshots`, {
       json: { ...(options.name === undefined ? {} : { name: options.name }), memory: options.memory ?? true },
     });
   }
 
   /**
-   * Lists this sandbox's snapshots, oldest first.
+   * Lists this sandbox's snapshots (or, from {@link Snapshots.connect}, every one), oldest first.
    * @example
    * ```ts
    * const { items } = await sandbox.snapshots.list();
@@ -46,7 +62,7 @@ export class Snapshots {
    */
   async list(): Promise<Snapshot[]> {
     const page = await this.#http.json(SnapshotListSchema, 'GET', '/snapshots', {
-      query: { sandboxId: this.#sandboxId },
+      query: { sandboxId: this.#sandboxId ?? undefined },
     });
     return page.items;
   }

@@ -13,6 +13,9 @@ interface CreateOptions extends GlobalOptions {
   env?: string[];
   label?: string[];
   timeout?: string;
+  fromSnapshot?: string;
+  fsOnly?: boolean;
+  autoResume?: boolean;
   json?: boolean;
 }
 
@@ -43,6 +46,9 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--env <K=V>', 'environment variable for every command (repeatable)', collect)
     .option('--label <K=V>', 'label (repeatable)', collect)
     .option('--timeout <ms>', 'time to live in ms, or "none" (default: 3600000, 1 hour)')
+    .option('--from-snapshot <name>', 'start from this snapshot (name or id), processes and memory included')
+    .option('--fs-only', 'with --from-snapshot: boot on its files only, without its processes and memory')
+    .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it')
     .option('--json', 'print the sandbox as JSON')
     .action(async (_options: CreateOptions, command: Command) => {
       const options = command.optsWithGlobals<CreateOptions>();
@@ -57,6 +63,14 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
       if (options.timeout !== undefined) {
         request.timeoutMs = options.timeout === 'none' ? null : parsePositiveInt(options.timeout, '--timeout');
       }
+      if (options.fsOnly === true && options.fromSnapshot === undefined) {
+        throw new UsageError('--fs-only needs --from-snapshot', 'pass --from-snapshot NAME');
+      }
+      if (options.fromSnapshot !== undefined) {
+        request.fromSnapshot = options.fromSnapshot;
+        request.restoreMemory = options.fsOnly !== true;
+      }
+      if (options.autoResume === false) request.autoResume = false;
       const created = await Sandbox.create({ ...request, ...connectionFor(context, options) });
       if (options.json === true) printJson(context, created.info);
       else context.stdout.write(`${created.id}\n`);
@@ -156,7 +170,12 @@ function describeSandbox(info: SandboxInfo): string {
     ],
     ['created', info.createdAt],
     ['expires', info.expiresAt ?? 'never'],
+    ['desired', info.desiredState],
+    ['keeps', info.keeps.memory ? 'files, processes and memory' : 'files only'],
+    ['auto-resume', info.autoResume ? 'yes' : 'no'],
   ];
+  if (info.lineage.parentId !== null) rows.push(['forked from', info.lineage.parentId]);
+  if (info.lineage.snapshotId !== null) rows.push(['from snapshot', info.lineage.snapshotId]);
   for (const condition of info.conditions) {
     rows.push([`condition`, `${condition.type}=${condition.status} ${condition.reason}: ${condition.message}`]);
   }

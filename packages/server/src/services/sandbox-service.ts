@@ -43,6 +43,7 @@ export interface ListSandboxesInput {
   label: string[];
   limit: number;
   cursor?: string | undefined;
+  parentId?: string | undefined;
 }
 
 /** Dependencies of the sandbox services. */
@@ -220,6 +221,7 @@ export class SandboxService {
     });
     const rows = await this.deps.sandboxes.list(caller.tenantId, {
       state: query.state,
+      parentId: query.parentId,
       labels,
       limit: query.limit + 1,
       after,
