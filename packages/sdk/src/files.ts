@@ -1,12 +1,51 @@
-import { type FileInfo, FileInfoSchema, FileListSchema } from '@burrow/contract';
+import {
+  type ArchiveUploadResult,
+  ArchiveUploadResultSchema,
+  BatchWriteResponseSchema,
+  ExistsResponseSchema,
+  type FileInfo,
+  FileInfoSchema,
+  FileListSchema,
+  type FileWatchEvent,
+  FileWatchEventSchema,
+} from '@burrow/contract';
 import { FileNotFoundError } from './errors.js';
 import type { HttpClient } from './http-client.js';
+import { SseParser } from './sse-parser.js';
+
+/** Bytes to write: text (UTF-8), a buffer, or a stream read as it is sent (any size). */
+export type FileData = string | Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
 
 /** Options of {@link Files.write}. */
 export interface WriteFileOptions {
   /** Permission bits of the file, for example `0o755`. @default 0o644 */
   mode?: number | undefined;
   /** Cancels the upload. */
+  signal?: AbortSignal | undefined;
+}
+
+/** One file of {@link Files.writeMany}. */
+export interface BatchFile {
+  /** Absolute path in the sandbox. */
+  path: string;
+  /** Text (written as UTF-8) or bytes. */
+  data: string | Uint8Array;
+  /** Permission bits. @default 0o644 */
+  mode?: number | undefined;
+}
+
+/** Options of {@link Files.download}. */
+export interface DownloadOptions {
+  /** Gzip the tar on the server (smaller over slow links, slower on fast ones). @default false */
+  gzip?: boolean | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+/** Options of {@link Files.watch}. */
+export interface WatchOptions {
+  /** Include subdirectories, also ones created later. @default false */
+  recursive?: boolean | undefined;
+  /** Ends the watch. */
   signal?: AbortSignal | undefined;
 }
 
@@ -45,13 +84,14 @@ export class Files {
    * Writes a whole file, creating or replacing it. Text is written as UTF-8.
    * @returns the file's metadata after the write.
    * @throws `FileSystemError` when a parent is not a directory or the path is a directory; `InvalidRequestError` for a
-   * bad path or a file over 512 MiB; `SandboxNotFoundError`.
+   * bad path; `FileSystemError` (`no_space`) when the sandbox disk fills; `SandboxNotFoundError`. Streams are sent as
+   * they are read, so files of any size never sit in memory.
    * @example
    * ```ts
    * await sandbox.files.write('/root/run.sh', '#!/bin/sh\necho hi\n', { mode: 0o755 });
    * ```
    */
-  async write(path: string, data: string | Uint8Array, options: WriteFileOptions = {}): Promise<FileInfo> {
+  async write(path: string, data: FileData, options: WriteFileOptions = {}): Promise<FileInfo> {
     const body = typeof data === 'string' ? new TextEncoder().encode(data) : data;
     return this.#http.json(FileInfoSchema, 'PUT', `${this.#base}/content`, {
       query: { path, mode: (options.mode ?? 0o644).toString(8).padStart(3, '0') },
@@ -120,13 +160,8 @@ export class Files {
    * ```
    */
   async exists(path: string): Promise<boolean> {
-    try {
-      await this.stat(path);
-      return true;
-    } catch (err) {
-      if (err instanceof FileNotFoundError) return false;
-      throw err;
-    }
+    const res = await this.#http.json(ExistsResponseSchema, 'GET', `${this.#base}/exists`, { query: { path } });
+    return res.exists;
   }
 
   /**
@@ -166,4 +201,163 @@ export class Files {
   async rename(from: string, to: string): Promise<void> {
     await this.#http.empty('POST', `${this.#base}/rename`, { json: { from, to } });
   }
+
+  /**
+   * Reads a file as a stream (for files too big to hold in memory).
+   * @returns the bytes as a web `ReadableStream`; its size, when the server sent one, in `sizeBytes`.
+   * @throws {@link FileNotFoundError} when the path does not exist; `FileSystemError` when it is a directory.
+   * @example
+   * ```ts
+   * const { stream } = await sandbox.files.readStream('/root/big.bin');
+   * await stream.pipeTo(Writable.toWeb(createWriteStream('big.bin')));
+   * ```
+   */
+  async readStream(
+    path: string,
+    options: { signal?: AbortSignal | undefined } = {},
+  ): Promise<{ stream: ReadableStream<Uint8Array>; sizeBytes: number | undefined }> {
+    const response = await this.#http.send('GET', `${this.#base}/content`, { query: { path }, signal: options.signal });
+    const length = response.headers.get('content-length');
+    return {
+      stream: response.body ?? new ReadableStream({ start: (c) => c.close() }),
+      sizeBytes: length === null ? undefined : Number(length),
+    };
+  }
+
+  /**
+   * Writes several files in one call, in order, each atomically (at most 1000 files and 64 MiB; send bigger sets
+   * with {@link upload}).
+   * @returns each file's metadata, in order.
+   * @throws `InvalidRequestError` for a bad path or mode; `FileSystemError` as {@link write} (files before the failing
+   * one are written).
+   * @example
+   * ```ts
+   * await sandbox.files.writeMany([{ path: '/root/a.py', data: 'print(1)' }, { path: '/root/b.bin', data: bytes }]);
+   * ```
+   */
+  async writeMany(files: readonly BatchFile[]): Promise<FileInfo[]> {
+    const body = {
+      files: files.map((f) => ({
+        path: f.path,
+        ...(typeof f.data === 'string'
+          ? { content: f.data, encoding: 'utf8' as const }
+          : { content: bytesToBase64(f.data), encoding: 'base64' as const }),
+        mode: (f.mode ?? 0o644).toString(8).padStart(3, '0'),
+      })),
+    };
+    const res = await this.#http.json(BatchWriteResponseSchema, 'POST', `${this.#base}/batch`, { json: body });
+    return res.items;
+  }
+
+  /**
+   * Extracts a tar archive (gzip detected) into the directory `path`, created with its parents. The archive is
+   * streamed; entries that would leave the directory, devices and FIFOs are skipped and setuid bits cleared.
+   * @returns counts, and every entry skipped or changed with the reason (`issues`).
+   * @throws `InvalidRequestError` for a malformed archive; `FileSystemError` (`no_space`, `not_a_directory`).
+   * @example
+   * ```ts
+   * const result = await sandbox.files.upload('/root/project', Readable.toWeb(createReadStream('project.tar')));
+   * for (const issue of result.issues) console.warn(issue.path, issue.reason);
+   * ```
+   */
+  async upload(
+    path: string,
+    archive: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+    options: { signal?: AbortSignal | undefined } = {},
+  ): Promise<ArchiveUploadResult> {
+    return this.#http.json(ArchiveUploadResultSchema, 'PUT', `${this.#base}/archive`, {
+      query: { path },
+      body: archive,
+      contentType: 'application/x-tar',
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Downloads the directory `path` as a tar stream (symlinks stored as links, never followed).
+   * @throws {@link FileNotFoundError}; `FileSystemError` (`not_a_directory`).
+   * @example
+   * ```ts
+   * const tar = await sandbox.files.download('/root/project', { gzip: true });
+   * await tar.pipeTo(Writable.toWeb(createWriteStream('project.tgz')));
+   * ```
+   */
+  async download(path: string, options: DownloadOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    const response = await this.#http.send('GET', `${this.#base}/archive`, {
+      query: { path, gzip: options.gzip === true },
+      signal: options.signal,
+    });
+    return response.body ?? new ReadableStream({ start: (c) => c.close() });
+  }
+
+  /**
+   * Sets the permission bits of a path.
+   * @returns the path's metadata after the change.
+   * @throws {@link FileNotFoundError}.
+   * @example
+   * ```ts
+   * await sandbox.files.chmod('/root/run.sh', 0o755);
+   * ```
+   */
+  async chmod(path: string, mode: number): Promise<FileInfo> {
+    return this.#http.json(FileInfoSchema, 'POST', `${this.#base}/chmod`, {
+      json: { path, mode: mode.toString(8).padStart(3, '0') },
+    });
+  }
+
+  /**
+   * Watches a directory: yields `ready` once the watch is in place, then create / modify / delete / rename events,
+   * until the signal aborts, the loop breaks, or an `end` event (sandbox stopped, directory removed).
+   * @throws {@link FileNotFoundError}; `FileSystemError` (`not_a_directory`).
+   * @example
+   * ```ts
+   * for await (const event of sandbox.files.watch('/root/out', { recursive: true })) {
+   *   if (event.type === 'create') console.log('new', event.path);
+   * }
+   * ```
+   */
+  async *watch(path: string, options: WatchOptions = {}): AsyncGenerator<FileWatchEvent> {
+    const abort = new AbortController();
+    const onAbort = () => abort.abort(options.signal?.reason);
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const response = await this.#http.send('GET', `${this.#base}/watch`, {
+        query: { path, recursive: options.recursive === true },
+        headers: { accept: 'text/event-stream' },
+        signal: abort.signal,
+      });
+      if (response.body === null) return;
+      const parser = new SseParser();
+      const decoder = new TextDecoder();
+      const reader = response.body.getReader();
+      try {
+        for (;;) {
+          const { value, done } = await reader.read().catch((err: unknown) => {
+            if (abort.signal.aborted) return { value: undefined, done: true as const };
+            throw err;
+          });
+          const texts = done ? parser.end() : parser.push(decoder.decode(value, { stream: true }));
+          for (const text of texts) {
+            const event = FileWatchEventSchema.parse(JSON.parse(text));
+            yield event;
+            if (event.type === 'end') return;
+          }
+          if (done) return;
+        }
+      } finally {
+        reader.releaseLock();
+      }
+    } finally {
+      options.signal?.removeEventListener('abort', onAbort);
+      abort.abort();
+    }
+  }
+}
+
+function bytesToBase64(bytes: Uint8Array): string {
+  let binary = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
 }

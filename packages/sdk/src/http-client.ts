@@ -12,8 +12,10 @@ export interface RequestOptions {
   query?: Record<string, QueryValue> | undefined;
   /** A JSON body. */
   json?: unknown;
-  /** A raw body, sent as `application/octet-stream`. */
-  body?: Uint8Array | undefined;
+  /** A raw body, sent as `application/octet-stream` (or {@link contentType}); streams are sent as they are read. */
+  body?: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array> | undefined;
+  /** Content type of a raw {@link body}. @default 'application/octet-stream' */
+  contentType?: string | undefined;
   /** Extra headers. */
   headers?: Record<string, string> | undefined;
   /** Cancels the request. */
@@ -53,13 +55,13 @@ export class HttpClient {
   /** Sends a request and returns the response when it is 2xx; throws the mapped {@link BurrowError} otherwise. */
   async send(method: string, path: string, options: RequestOptions = {}): Promise<Response> {
     const headers: Record<string, string> = { ...this.authHeaders(), ...options.headers };
-    let body: string | Uint8Array | undefined;
+    let body: string | Uint8Array | ReadableStream<Uint8Array> | undefined;
     if (options.json !== undefined) {
       headers['content-type'] = 'application/json';
       body = JSON.stringify(options.json);
     } else if (options.body !== undefined) {
-      headers['content-type'] = 'application/octet-stream';
-      body = options.body;
+      headers['content-type'] = options.contentType ?? 'application/octet-stream';
+      body = options.body instanceof Uint8Array ? options.body : toWebStream(options.body);
     }
     let response: Response;
     try {
@@ -67,6 +69,8 @@ export class HttpClient {
         method,
         headers,
         ...(body === undefined ? {} : { body }),
+        // A streamed request body needs half duplex in fetch.
+        ...(body instanceof ReadableStream ? { duplex: 'half' } : {}),
         ...(options.signal === undefined ? {} : { signal: options.signal }),
       });
     } catch (err) {
@@ -101,6 +105,22 @@ export class HttpClient {
     }
     return connectionError(this.connection.apiUrl, err);
   }
+}
+
+/** An async iterable of bytes as a web stream (pulled as the request is sent: backpressure holds). */
+function toWebStream(source: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>): ReadableStream<Uint8Array> {
+  if (source instanceof ReadableStream) return source;
+  const iterator = source[Symbol.asyncIterator]();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      const { value, done } = await iterator.next();
+      if (done) controller.close();
+      else controller.enqueue(value);
+    },
+    async cancel(reason) {
+      await iterator.return?.(reason);
+    },
+  });
 }
 
 /** A {@link ConnectionError} for a server that cannot be reached, with a hint about `BURROW_URL`. */

@@ -59,6 +59,15 @@ export {
   UserNotFoundError,
 } from './errors.js';
 export { type ExecEvent, type ExecSignal, ExecStream, type ExecStreamOptions } from './exec-stream.js';
-export { Files, type ListFilesOptions, type RemoveFileOptions, type WriteFileOptions } from './files.js';
+export {
+  type BatchFile,
+  type DownloadOptions,
+  type FileData,
+  Files,
+  type ListFilesOptions,
+  type RemoveFileOptions,
+  type WatchOptions,
+  type WriteFileOptions,
+} from './files.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';

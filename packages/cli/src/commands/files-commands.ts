@@ -1,44 +1,79 @@
-import { once } from 'node:events';
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
+import { Readable, type Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { Sandbox } from '@burrow/sdk';
 import type { Command } from 'commander';
+import { create as tarCreate, extract as tarExtract } from 'tar';
+import { ByteProgress } from '../byte-progress.js';
 import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
 
-/** Registers `burrow files put|get|ls`. */
+type JsonOption = GlobalOptions & { json?: boolean };
+
+/** Registers `burrow files put|get|ls|rm|chmod|watch`. */
 export function registerFilesCommands(program: Command, context: CliContext): void {
-  const files = program.command('files').description('copy files to and from a sandbox, list directories');
+  const files = program
+    .command('files')
+    .description('copy files and directories to and from a sandbox, list, remove, chmod and watch');
 
   files
     .command('put')
-    .description('upload a local file into a sandbox (keeps its permission bits)')
+    .description('upload a local file, or a directory as a streamed tar, into a sandbox (keeps permission bits)')
     .argument('<id>', 'sandbox id')
-    .argument('<local>', 'local file')
-    .argument('<remote>', 'absolute path in the sandbox')
-    .option('--json', 'print the written file info as JSON')
+    .argument('<local>', 'local file or directory')
+    .argument('<remote>', 'absolute path in the sandbox (for a directory: the directory to fill)')
+    .option('--json', 'print the result as JSON')
     .action(async (id: string, local: string, remote: string, _options: unknown, command: Command) => {
-      const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
-      const [data, info] = await Promise.all([readFile(local), stat(local)]);
+      const options = command.optsWithGlobals<JsonOption>();
+      const info = await stat(local);
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
-      const written = await sandbox.files.write(remote, data, { mode: info.mode & 0o777 });
+      if (info.isDirectory()) {
+        const progress = new ByteProgress(context.stderr, `${local} → ${id}:${remote}`, undefined);
+        // node-tar packs the local tree (portable: no uid/gid names); the server extracts it entry by entry.
+        const tarStream = Readable.from(tarCreate({ cwd: local, portable: true }, ['.'])).pipe(progress.through());
+        const result = await sandbox.files.upload(remote, tarStream);
+        const skipped = result.issueCount === 0 ? '' : `, ${result.issueCount} entries skipped or changed`;
+        progress.finish(`: ${result.files} files, ${result.directories} directories${skipped}`);
+        if (options.json === true) printJson(context, result);
+        for (const issue of result.issues) context.stderr.write(`  ${issue.action} ${issue.path}: ${issue.reason}\n`);
+        return;
+      }
+      const progress = new ByteProgress(context.stderr, `${local} → ${id}:${remote}`, info.size);
+      const body = createReadStream(local).pipe(progress.through());
+      const written = await sandbox.files.write(remote, body, { mode: info.mode & 0o777 });
+      progress.finish();
       if (options.json === true) printJson(context, written);
-      else context.stderr.write(`${local} → ${id}:${written.path} (${written.sizeBytes} bytes)\n`);
     });
 
   files
     .command('get')
-    .description('download a file from a sandbox to LOCAL, or to stdout when LOCAL is - or left out')
+    .description('download a file (to LOCAL, or stdout when LOCAL is - or left out) or a directory (into LOCAL)')
     .argument('<id>', 'sandbox id')
     .argument('<remote>', 'absolute path in the sandbox')
-    .argument('[local]', 'local file, or - for stdout')
+    .argument('[local]', 'local file or directory, or - for stdout')
     .action(async (id: string, remote: string, local: string | undefined, _options: unknown, command: Command) => {
       const sandbox = await Sandbox.get(id, connectionFor(context, command.optsWithGlobals<GlobalOptions>()));
-      const data = await sandbox.files.read(remote);
-      if (local === undefined || local === '-') {
-        if (!context.stdout.write(data)) await once(context.stdout, 'drain');
-      } else {
-        await writeFile(local, data);
-        context.stderr.write(`${id}:${remote} → ${local} (${data.byteLength} bytes)\n`);
+      const info = await sandbox.files.stat(remote);
+      const toStdout = local === undefined || local === '-';
+      if (info.type === 'directory') {
+        const progress = new ByteProgress(context.stderr, `${id}:${remote} → ${local ?? '-'}`, undefined);
+        const tar = Readable.fromWeb((await sandbox.files.download(remote)) as WebReadableStream<Uint8Array>);
+        if (toStdout) {
+          await pipeline(tar, progress.through(), context.stdout);
+        } else {
+          await mkdir(local, { recursive: true });
+          // node-tar's extractor refuses `..`, absolute names and writes through symlinks by default.
+          await pipeline(tar, progress.through(), tarExtract({ cwd: local }) as unknown as Writable);
+        }
+        progress.finish();
+        return;
       }
+      const { stream, sizeBytes } = await sandbox.files.readStream(remote);
+      const progress = new ByteProgress(context.stderr, `${id}:${remote} → ${local ?? '-'}`, sizeBytes);
+      const source = Readable.fromWeb(stream as WebReadableStream<Uint8Array>);
+      await pipeline(source, progress.through(), toStdout ? context.stdout : createWriteStream(local));
+      if (!toStdout) progress.finish();
     });
 
   files
@@ -49,7 +84,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .option('--depth <n>', 'levels to recurse (default: 1)')
     .option('--json', 'print the entries as JSON')
     .action(async (id: string, path: string, _options: unknown, command: Command) => {
-      const options = command.optsWithGlobals<GlobalOptions & { json?: boolean; depth?: string }>();
+      const options = command.optsWithGlobals<JsonOption & { depth?: string }>();
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
       const entries = await sandbox.files.list(path, {
         depth: options.depth === undefined ? undefined : Number(options.depth),
@@ -70,5 +105,58 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
           ]),
         ),
       );
+    });
+
+  files
+    .command('rm')
+    .description('remove a file or symlink, or a directory with -r')
+    .argument('<id>', 'sandbox id')
+    .argument('<path>', 'absolute path in the sandbox')
+    .option('-r, --recursive', 'remove a directory with its contents')
+    .action(async (id: string, path: string, _options: unknown, command: Command) => {
+      const options = command.optsWithGlobals<GlobalOptions & { recursive?: boolean }>();
+      const sandbox = await Sandbox.get(id, connectionFor(context, options));
+      await sandbox.files.remove(path, { recursive: options.recursive === true });
+    });
+
+  files
+    .command('chmod')
+    .description('set permission bits, for example 755')
+    .argument('<id>', 'sandbox id')
+    .argument('<mode>', 'octal mode, for example 755 or 0644')
+    .argument('<path>', 'absolute path in the sandbox')
+    .action(async (id: string, mode: string, path: string, _options: unknown, command: Command) => {
+      if (!/^0?[0-7]{3,4}$/.test(mode)) throw new Error(`mode is octal, for example 755; got ${mode}`);
+      const sandbox = await Sandbox.get(id, connectionFor(context, command.optsWithGlobals<GlobalOptions>()));
+      await sandbox.files.chmod(path, Number.parseInt(mode, 8));
+    });
+
+  files
+    .command('watch')
+    .description('print create / modify / delete / rename events for a directory until interrupted')
+    .argument('<id>', 'sandbox id')
+    .argument('[path]', 'absolute directory path', '/root')
+    .option('-r, --recursive', 'include subdirectories')
+    .option('--json', 'print each event as a JSON line')
+    .action(async (id: string, path: string, _options: unknown, command: Command) => {
+      const options = command.optsWithGlobals<JsonOption & { recursive?: boolean }>();
+      const sandbox = await Sandbox.get(id, connectionFor(context, options));
+      const abort = new AbortController();
+      const stop = () => abort.abort();
+      process.once('SIGINT', stop);
+      try {
+        for await (const event of sandbox.files.watch(path, {
+          recursive: options.recursive === true,
+          signal: abort.signal,
+        })) {
+          if (options.json === true) context.stdout.write(`${JSON.stringify(event)}\n`);
+          else if (event.type === 'ready') context.stderr.write(`watching ${event.path}\n`);
+          else if (event.type === 'end') context.stderr.write(`watch ended: ${event.reason}\n`);
+          else if (event.type === 'rename') context.stdout.write(`rename ${event.oldPath} -> ${event.path}\n`);
+          else context.stdout.write(`${event.type} ${event.path}${event.isDirectory ? '/' : ''}\n`);
+        }
+      } finally {
+        process.off('SIGINT', stop);
+      }
     });
 }
