@@ -47,6 +47,13 @@ export class RawRunsc {
 
   /** Mount an overlay over the template, write a bundle, `runsc create` + `start` a `sleep infinity` init. */
   async create(id: string): Promise<void> {
+    await this.bundle(id);
+    await this.runscDetached('create', '--bundle', join(this.workDir, id), id);
+    await this.runscDetached('start', id);
+  }
+
+  /** Mount the overlay of `id` (its upper dir kept) and write its bundle. */
+  private async bundle(id: string): Promise<void> {
     const dir = join(this.workDir, id);
     for (const d of ['upper', 'work', 'rootfs']) await mkdir(join(dir, d), { recursive: true });
     await run('mount', [
@@ -76,8 +83,49 @@ export class RawRunsc {
       linux: { namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }] },
     };
     await writeFile(join(dir, 'config.json'), JSON.stringify(spec));
-    await this.runscDetached('create', '--bundle', dir, id);
-    await this.runscDetached('start', id);
+  }
+
+  /**
+   * The raw pause: `runsc checkpoint --compression=none --direct` (the sandbox exits), then unmount. The container
+   * record is deleted by {@link release}, outside the timed part (runsc waits there for the host to reap the sentry).
+   */
+  async checkpoint(id: string, imageDir: string, options: { leaveRunning?: boolean } = {}): Promise<void> {
+    await rm(imageDir, { recursive: true, force: true });
+    await mkdir(imageDir, { recursive: true });
+    const leave = options.leaveRunning ? ['--leave-running'] : [];
+    await this.runsc_('checkpoint', ...leave, '--compression=none', '--direct', `--image-path=${imageDir}`, id);
+    if (!options.leaveRunning) await run('umount', [join(this.workDir, id, 'rootfs')]);
+  }
+
+  /** Drop the container record after a checkpoint. */
+  async release(id: string): Promise<void> {
+    await this.runsc_('delete', '-force', id).catch(() => undefined);
+  }
+
+  /** `runsc pause` / `runsc resume`. */
+  async hold(id: string, still: boolean): Promise<void> {
+    await this.runsc_(still ? 'pause' : 'resume', id);
+  }
+
+  /** The raw resume: mount again, `runsc restore --direct --detach`. */
+  async restore(id: string, imageDir: string): Promise<void> {
+    await this.bundle(id);
+    await this.runscDetached(
+      'restore',
+      '--direct',
+      `--image-path=${imageDir}`,
+      '--bundle',
+      join(this.workDir, id),
+      '--detach',
+      id,
+    );
+  }
+
+  /** A raw fork child: copy the parent's upper dir, then restore the image onto it under `childId`. */
+  async forkChild(parentId: string, childId: string, imageDir: string): Promise<void> {
+    await mkdir(join(this.workDir, childId), { recursive: true });
+    await run('cp', ['-a', join(this.workDir, parentId, 'upper'), join(this.workDir, childId, 'upper')]);
+    await this.restore(childId, imageDir);
   }
 
   /** `runsc exec ID argv…`. */

@@ -272,6 +272,17 @@ export class PersistenceService {
           version: 1,
         };
       });
+      // The children's locks keep the reconciler off their `creating` rows while the fork runs.
+      return this.withLocks(
+        children.map((c) => c.id),
+        () => this.forkUnderLocks(parent, children),
+      );
+    });
+  }
+
+  private async forkUnderLocks(parent: SandboxRecord, children: SandboxRecord[]): Promise<ForkSandboxResponse> {
+    const id = parent.id;
+    {
       for (const child of children) await this.deps.sandboxes.insert(child);
       const startedMs = this.deps.clock.nowMs();
       try {
@@ -289,9 +300,16 @@ export class PersistenceService {
       for (const child of children) items.push(toSandbox(await this.write(child, { state: 'running' })));
       this.deps.logger
         .child({ sandboxId: id })
-        .info({ count: input.count, durationMs: this.deps.clock.nowMs() - startedMs }, 'sandbox forked');
+        .info({ count: children.length, durationMs: this.deps.clock.nowMs() - startedMs }, 'sandbox forked');
       return { items };
-    });
+    }
+  }
+
+  /** Run `fn` holding the lock of every id in `ids`. */
+  private withLocks<T>(ids: string[], fn: () => Promise<T>): Promise<T> {
+    const [first, ...rest] = ids;
+    if (first === undefined) return fn();
+    return this.deps.mutex.run(first, () => this.withLocks(rest, fn));
   }
 
   /**
