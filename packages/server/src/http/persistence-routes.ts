@@ -17,7 +17,8 @@ import type { ZodApp } from './zod-app.js';
 
 /** Pause, resume, stop, start, fork (`/v1/sandboxes/{id}/…`) and snapshots (`/v1/snapshots`). */
 export function registerPersistenceRoutes(app: ZodApp, services: Services): void {
-  const persistence = services.sandboxes.persistence;
+  // Resolved per request: the OpenAPI writer registers the routes without services behind them.
+  const persistence = () => services.sandboxes.persistence;
   const tags = ['sandboxes'];
   const verbs = [
     ['pause', 'Pause: checkpoint processes and memory with the disk, then release CPU and RAM'],
@@ -29,7 +30,7 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
     app.post(
       `/sandboxes/:id/${verb}`,
       { schema: { tags, summary, params: SandboxParamsSchema, response: { 200: SandboxSchema, ...ERROR_RESPONSES } } },
-      async (request) => persistence[verb](principalOf(request), request.params.id),
+      async (request) => persistence()[verb](principalOf(request), request.params.id),
     );
   }
   app.post(
@@ -44,7 +45,7 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
       },
     },
     async (request, reply) =>
-      reply.code(201).send(await persistence.fork(principalOf(request), request.params.id, request.body)),
+      reply.code(201).send(await persistence().fork(principalOf(request), request.params.id, request.body)),
   );
   const snapshotTags = ['snapshots'];
   app.post(
@@ -59,7 +60,7 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
       },
     },
     async (request, reply) =>
-      reply.code(201).send(await persistence.createSnapshot(principalOf(request), request.params.id, request.body)),
+      reply.code(201).send(await persistence().createSnapshot(principalOf(request), request.params.id, request.body)),
   );
   app.get(
     '/snapshots',
@@ -71,7 +72,7 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
         response: { 200: SnapshotListSchema, ...ERROR_RESPONSES },
       },
     },
-    async (request) => persistence.listSnapshots(principalOf(request), request.query),
+    async (request) => persistence().listSnapshots(principalOf(request), request.query),
   );
   app.get(
     '/snapshots/:ref',
@@ -83,7 +84,7 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
         response: { 200: SnapshotSchema, ...ERROR_RESPONSES },
       },
     },
-    async (request) => persistence.getSnapshot(principalOf(request), request.params.ref),
+    async (request) => persistence().getSnapshot(principalOf(request), request.params.ref),
   );
   app.delete(
     '/snapshots/:ref',
@@ -96,7 +97,7 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
       },
     },
     async (request, reply) => {
-      await persistence.deleteSnapshot(principalOf(request), request.params.ref);
+      await persistence().deleteSnapshot(principalOf(request), request.params.ref);
       return reply.code(204).send(null);
     },
   );
