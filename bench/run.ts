@@ -15,6 +15,7 @@ import { Sandbox } from '@burrow/sdk';
 import { loadConfig, setup, startServer } from '@burrow/server';
 import { benchExec } from './exec-bench.js';
 import { benchFiles } from './files-bench.js';
+import { benchPersistence } from './persistence-bench.js';
 import { RawRunsc } from './raw-runsc.js';
 import { type Summary, summarize, time } from './stats.js';
 
@@ -51,6 +52,9 @@ async function main(): Promise<void> {
     rows.push(...(await benchCore(conn, raw)));
     rows.push(...(await benchExec(conn, raw, { iterations, log })));
     rows.push(...(await benchFiles(conn, { quick, workDir: work, log })));
+    const persistence = await benchPersistence(conn, raw, { iterations, workDir: join(work, 'images'), log });
+    rows.push(...persistence.rows);
+    log(`image sizes: idle ${persistence.imageBytes.idle} B, 512 MiB dirty ${persistence.imageBytes.dirty} B`);
   } finally {
     await server.close();
     await rm(work, { recursive: true, force: true }).catch(() => undefined);
