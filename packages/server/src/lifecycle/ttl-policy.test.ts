@@ -77,6 +77,46 @@ describe('decideSandbox (fixed clock)', () => {
       next: NOW,
     },
     { name: 'expired but busy: wait', state: 'running', expiresAt: at(-1), inFlight: true, action: 'none', next: NOW },
+    {
+      name: 'pausing left by a crash',
+      state: 'pausing',
+      expiresAt: null,
+      inFlight: false,
+      action: 'finish-transition',
+      next: null,
+    },
+    {
+      name: 'resuming left by a crash',
+      state: 'resuming',
+      expiresAt: at(-1),
+      inFlight: false,
+      action: 'finish-transition',
+      next: null,
+    },
+    {
+      name: 'stopping in flight: leave it',
+      state: 'stopping',
+      expiresAt: null,
+      inFlight: true,
+      action: 'none',
+      next: NOW,
+    },
+    {
+      name: 'paused past its TTL: delete',
+      state: 'paused',
+      expiresAt: at(-1),
+      inFlight: false,
+      action: 'expire',
+      next: null,
+    },
+    {
+      name: 'paused: nothing to observe',
+      state: 'paused',
+      expiresAt: at(1000),
+      inFlight: false,
+      action: 'none',
+      next: NOW + 1000,
+    },
   ] as const)('$name', ({ state, expiresAt, inFlight, action, next }) => {
     const decision = decideSandbox(NOW, { id: 'sbx_x', state, expiresAt }, { inFlight });
     expect(decision.action.type).toBe(action);
