@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
 import type { ArchiveEntryIssue, ArchiveUploadResult } from '@burrow/contract';
 import { Header, type HeaderData, Parser, Pax, type ReadEntry } from 'tar';
-import { DIR_FLAGS, FsError, NAME_MAX_BYTES, type SandboxFs, toFsError } from './sandbox-fs.js';
+import { DIR_FLAGS, FsError, NAME_MAX_BYTES, type SandboxFs, toFsError, writeCoalesced } from './sandbox-fs.js';
 
 /** Most issues listed in one {@link ArchiveUploadResult} (the count covers all). */
 export const MAX_LISTED_ISSUES = 1000;
@@ -126,10 +126,7 @@ async function extractEntry(
       try {
         const st = await fh.stat();
         if (!st.isFile()) return issue(raw, 'skipped', 'something other than a regular file is in the way');
-        for await (const chunk of entry) {
-          await fh.write(chunk as Buffer);
-          result.bytes += (chunk as Buffer).length;
-        }
+        result.bytes += await writeCoalesced(fh, entry);
         await fh.chmod(perm);
         if (entry.mtime !== undefined) await fh.utimes(entry.mtime, entry.mtime);
       } finally {

@@ -70,7 +70,7 @@ export class HttpClient {
         headers,
         ...(body === undefined ? {} : { body }),
         // A streamed request body needs half duplex in fetch.
-        ...(body instanceof ReadableStream ? { duplex: 'half' } : {}),
+        ...(body !== undefined && typeof body !== 'string' && !(body instanceof Uint8Array) ? { duplex: 'half' } : {}),
         ...(options.signal === undefined ? {} : { signal: options.signal }),
       });
     } catch (err) {
