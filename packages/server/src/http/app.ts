@@ -52,7 +52,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     bodyLimit: options.bodyLimitBytes ?? 16 * 1024 * 1024,
     genReqId: () => newId('req'),
     // Long path parameters reach zod and get the envelope (fastify's own 414 would bypass it).
-    maxParamLength: 8192,
+    routerOptions: { maxParamLength: 8192 },
   }).withTypeProvider<ZodTypeProvider>();
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);

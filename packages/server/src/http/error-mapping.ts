@@ -63,7 +63,8 @@ export function mapError(error: unknown, requestId: string): MappedError {
     return {
       statusCode: error.statusCode,
       envelope: envelope(error.code, error.message, error.hint, error.details),
-      unexpected: error.statusCode >= 500,
+      // A full sandbox disk (507) is the caller's state, not a server fault.
+      unexpected: error.statusCode >= 500 && error.code !== ErrorCode.noSpace,
     };
   }
   if (typeof error === 'object' && error !== null && hasZodFastifySchemaValidationErrors(error)) {
