@@ -19,8 +19,9 @@ export interface PersistenceRow {
 /** Time between a pause and the next resume, ms: lets the host reap the dead sentry (see ADR 0002). */
 const SETTLE_MS = 2500;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** 512 MiB of random (incompressible, non-zero) memory, filled 1 MiB at a time to stay under the limit. */
 const BALLAST =
-  "python3 -c 'import os,time; b=bytearray(os.urandom(512*1024*1024)); time.sleep(3600)' >/dev/null 2>&1 &";
+  'python3 -c \'import os,time\nb=bytearray()\nfor _ in range(512): b.extend(os.urandom(1<<20))\nopen("/tmp/ballast-ready","w").close()\ntime.sleep(3600)\' >/dev/null 2>&1 &';
 
 function row(metric: string, ours: number[], raw: number[] | null, target: string): PersistenceRow {
   const o = summarize(ours);
@@ -101,18 +102,20 @@ export async function benchPersistence(
   const rawDirtyPause: number[] = [];
   const rawDirtyResume: number[] = [];
   for (let i = 0; i < Math.max(2, Math.min(cycles, 3)); i++) {
-    const sandbox = await Sandbox.create({ ...conn, memoryMiB: 1024, timeoutMs: 1_800_000 });
+    const sandbox = await Sandbox.create({ ...conn, memoryMiB: 1536, timeoutMs: 1_800_000 });
     await sandbox.commands.run(['sh', '-c', BALLAST]);
-    await sleep(4000);
+    await sandbox.commands.run(['sh', '-c', 'while [ ! -e /tmp/ballast-ready ]; do sleep 0.2; done'], {
+      timeoutMs: 120_000,
+    });
+    if (i === 0) image.dirty = (await sandbox.snapshots.create({ memory: true })).imageSizeBytes;
     dirtyPause.push(await time(() => sandbox.pause()));
     await sleep(SETTLE_MS);
     dirtyResume.push(await time(() => sandbox.resume()));
-    if (i === 0) image.dirty = (await sandbox.snapshots.create({ memory: true })).imageSizeBytes;
     await sandbox.delete();
     const id = `rawdirt${i}`;
     await raw.create(id);
     await raw.exec(id, 'sh', '-c', BALLAST);
-    await sleep(4000);
+    await raw.exec(id, 'sh', '-c', 'while [ ! -e /tmp/ballast-ready ]; do sleep 0.2; done');
     const dir = join(options.workDir, `img-dirty-${i}`);
     rawDirtyPause.push(await time(() => raw.checkpoint(id, dir)));
     await raw.release(id);

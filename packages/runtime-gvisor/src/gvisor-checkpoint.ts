@@ -14,6 +14,7 @@ import {
   allocatedBytes,
   type CheckpointManifest,
   copySparse,
+  describeImage,
   type RuntimeIdentity,
   readManifest,
   type StateLocation,
@@ -152,10 +153,13 @@ export class GvisorCheckpointer {
       await rm(paths.checkpointDir, { recursive: true, force: true });
       throw new RuntimeError(`checkpoint of ${sandboxId} failed; it keeps running`, tail(result.stderr, 10));
     }
+    // The image is final: hash it while the sentry ends and the disk is released.
+    const imageHashes = describeImage(location.imageDir);
+    imageHashes.catch(() => undefined);
     // Nothing may run between the checkpoint and the end of the sentry: the disk must match the image.
     await killAndWait(state.pid);
     await this.releaseContainer(sandboxId, { wait: false });
-    return this.info(await this.seal(sandboxId, location), location);
+    return this.info(await this.sealAt(sandboxId, location, true, await imageHashes), location);
   }
 
   async resume(options: CreateOptions): Promise<void> {

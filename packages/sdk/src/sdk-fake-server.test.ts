@@ -27,6 +27,10 @@ const sandboxRecord = {
   labels: {},
   timeoutMs: null,
   expiresAt: null,
+  desiredState: 'running',
+  autoResume: true,
+  keeps: { filesystem: true, memory: true },
+  lineage: { parentId: null, snapshotId: null },
   createdAt: NOW,
   updatedAt: NOW,
 };
