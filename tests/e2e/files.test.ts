@@ -163,6 +163,17 @@ describe('files on a real sandbox', () => {
     }
   });
 
+  it('files calls on a paused sandbox resume it (auto-resume) and see the same disk', async () => {
+    await sandbox.files.write('/root/before-pause.txt', 'kept');
+    await sandbox.pause();
+    expect((await sandbox.refresh()).state).toBe('paused');
+    expect(await sandbox.files.readText('/root/before-pause.txt')).toBe('kept');
+    expect((await sandbox.refresh()).state).toBe('running');
+    await sandbox.pause();
+    await sandbox.files.write('/root/while-paused.txt', 'written');
+    expect((await sandbox.commands.run(['cat', '/root/while-paused.txt'])).stdout).toBe('written');
+  });
+
   it('CLI: put and get a directory as tar, put and get a file, chmod, rm', async () => {
     const src = join(localDir, 'src');
     await mkdir(join(src, 'nested/deeper'), { recursive: true });
