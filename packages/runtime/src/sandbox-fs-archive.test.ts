@@ -1,5 +1,17 @@
 import { randomBytes } from 'node:crypto';
-import { lstat, mkdir, mkdtemp, readFile, readlink, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import {
+  lstat,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  readlink,
+  rename,
+  rm,
+  stat,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -181,5 +193,46 @@ describe('SandboxFs chmod and exists', () => {
     expect(await fs.exists('/home/nope')).toBe(false);
     expect(await fs.exists('/home/s.sh/under')).toBe(false);
     expect(await fs.exists('/home/out')).toBe(true); // the dangling link itself
+  });
+});
+
+describe('archives and chmod under a directory ⇄ symlink flip (race)', () => {
+  it('never writes, chmods or packs a host file while /home/flip flips to a symlink out', async () => {
+    await mkdir(join(root, 'home/flip'));
+    const canaryMode = (await stat(join(outside, 'canary'))).mode;
+    let stop = false;
+    const flipper = (async () => {
+      for (let n = 0; !stop; n++) {
+        const p = join(root, 'home/flip');
+        await rename(p, join(root, `home/flip-dir-${n}`)).catch(() => undefined);
+        await symlink(n % 2 === 0 ? outside : '../../outside', p).catch(() => undefined);
+        await new Promise((r) => setImmediate(r));
+        await rm(p, { force: true }).catch(() => undefined);
+        await rename(join(root, `home/flip-dir-${n}`), p).catch(() => undefined);
+      }
+    })();
+    const archive = tarOf([{ header: { path: 'canary', type: 'File' }, body: Buffer.from('pwned') }]);
+    let extracted = 0;
+    for (let i = 0; i < 600; i++) {
+      try {
+        if (i % 3 === 0) {
+          await extractArchive(fs, '/home/flip', Readable.from([archive]));
+          extracted++;
+        } else if (i % 3 === 1) {
+          await fs.chmod('/home/flip/canary', 0o777);
+        } else {
+          const got = await entriesOf(await packDirectory(fs, '/home/flip'));
+          expect(got.get('canary')?.body.toString() ?? 'pwned').toBe('pwned');
+        }
+      } catch (err) {
+        if (!(err instanceof FsError)) throw err;
+      }
+    }
+    stop = true;
+    await flipper;
+    expect(await readFile(join(outside, 'canary'), 'utf8')).toBe(CANARY);
+    expect((await stat(join(outside, 'canary'))).mode).toBe(canaryMode);
+    expect(await readdir(outside)).toEqual(['canary']);
+    expect(extracted).toBeGreaterThan(0);
   });
 });
