@@ -76,6 +76,29 @@ describe('persistence API over the real GvisorDriver', () => {
     expect((await call('DELETE', `/sandboxes/${id}`)).status).toBe(204);
   });
 
+  test('a background command (an HTTP server holding a counter in memory) survives pause and resume with its pid', async () => {
+    const id = await create();
+    const server =
+      'python3 -c \'import http.server\nn=0\nclass H(http.server.BaseHTTPRequestHandler):\n  def do_GET(s):\n    global n\n    n+=1\n    b=str(n).encode()\n    s.send_response(200); s.send_header("Content-Length",str(len(b))); s.end_headers(); s.wfile.write(b)\n  def log_message(s,*a): pass\nhttp.server.HTTPServer(("127.0.0.1",8080),H).serve_forever()\'';
+    const started = await call('POST', `/sandboxes/${id}/commands`, { cmd: server });
+    expect(started.status, JSON.stringify(started.body)).toBe(201);
+    const ask =
+      'python3 -c \'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080").read().decode())\'';
+    let first = '';
+    for (let i = 0; i < 50 && first === ''; i++) {
+      first = (await exec(id, `${ask} 2>/dev/null || true`)).stdout.trim();
+      if (first === '') await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(first).toBe('1');
+    await call('POST', `/sandboxes/${id}/pause`);
+    expect((await call('POST', `/sandboxes/${id}/resume`)).body.state).toBe('running');
+    expect((await exec(id, ask)).stdout.trim()).toBe('2');
+    const listed = await call('GET', `/sandboxes/${id}/commands/${started.body.commandId}`);
+    expect(listed.body).toMatchObject({ status: 'running', pid: started.body.pid });
+    expect((await exec(id, `kill -0 ${started.body.pid} && echo alive`)).stdout).toBe('alive\n');
+    await call('DELETE', `/sandboxes/${id}`);
+  });
+
   test('autoResume: false refuses exec and files on a paused sandbox with sandbox_paused', async () => {
     const id = await create({ autoResume: false });
     await call('POST', `/sandboxes/${id}/pause`);

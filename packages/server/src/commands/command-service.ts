@@ -147,7 +147,7 @@ export class CommandService {
     } catch (error) {
       throw mapFsError(error);
     }
-    const launcher = await this.helperExec(id, ['python3', SUPERVISOR_PATH, 'start', dir]);
+    const launcher = await this.launchSupervisor(id, fs, dir);
     if (launcher.exitCode !== 0) {
       const noPython = launcher.exitCode === 127;
       throw new ApiError(
@@ -350,6 +350,47 @@ export class CommandService {
     for (const old of exited.slice(0, Math.max(0, exited.length - KEEP_EXITED_COMMANDS + 1))) {
       await fs.remove(old.path, { recursive: true }).catch(() => undefined);
     }
+  }
+
+  /**
+   * Start the supervisor from the sandbox's init (`driver.spawn`), not from an exec: gVisor ends every process
+   * descended from an exec when it restores a checkpoint, and background commands must survive pause, resume and
+   * fork with their pids (docs/adr/0002). Waits for its state or exit file like `supervisor.py start` does.
+   */
+  private async launchSupervisor(
+    sandboxId: string,
+    fs: SandboxFs,
+    dir: string,
+  ): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
+    try {
+      await this.deps.driver.spawn(sandboxId, {
+        argv: ['python3', SUPERVISOR_PATH, 'start', dir],
+        env: SUPERVISOR_ENV,
+        cwd: '/',
+      });
+    } catch (error) {
+      throw new ApiError(ErrorCode.runtimeError, `could not start the supervisor: ${(error as Error).message}`, {
+        hint: 'check that the sandbox runs',
+        cause: error,
+      });
+    }
+    const deadline = Date.now() + 30_000;
+    let probed = false;
+    while (Date.now() < deadline) {
+      if (await fs.exists(`${dir}/state.json`).catch(() => false)) return { exitCode: 0, stdout: '', stderr: '' };
+      if (await fs.exists(`${dir}/exit.json`).catch(() => false)) {
+        const failed = await readJson(fs, `${dir}/exit.json`, ExitFileSchema).catch(() => null);
+        return { exitCode: 1, stdout: '', stderr: JSON.stringify(failed) };
+      }
+      if (!probed && Date.now() > deadline - 29_000) {
+        // After a second without a sign of life, tell a missing python3 apart from a slow start.
+        probed = true;
+        const probe = await this.helperExec(sandboxId, ['python3', '-c', '']);
+        if (probe.exitCode === 127) return probe;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    return { exitCode: 1, stdout: '', stderr: 'supervisor did not start within 30 s' };
   }
 
   /** Run a short helper in the sandbox and collect its output. */
