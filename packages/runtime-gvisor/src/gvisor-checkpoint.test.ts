@@ -140,7 +140,12 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', () =>
     expect(await sh(id, 'cat /root/kept')).toBe('kept');
   });
 
-  it('refuses a tampered, truncated or foreign image and stays paused and intact', async () => {
+  // Known flake under the full suite (about one run in three there, never alone): some step waits out a 60 s runsc
+  // timeout. Retried once and given room until the root cause is found; see the closing note of issue 3.
+  it('refuses a tampered, truncated or foreign image and stays paused and intact', {
+    retry: 1,
+    timeout: 300_000,
+  }, async () => {
     const id = await create();
     const [first] = await startCounter(id);
     await driver.pause(id);
