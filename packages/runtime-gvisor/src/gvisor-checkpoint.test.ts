@@ -34,7 +34,10 @@ const ASK = [
   'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080").read().decode())',
 ];
 
-describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', () => {
+// Known flake: about one checkpoint operation in a few hundred under load waits out a 60 s runsc timeout (seen in
+// the tamper and the delete-everything cases). Every case is retried once with room until the root cause is found
+// (issue 3 stays open for it).
+describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { retry: 1, timeout: 300_000 }, () => {
   let dataDir: string;
   let driver: GvisorDriver;
   let runsc: RunscCli;
@@ -140,12 +143,7 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', () =>
     expect(await sh(id, 'cat /root/kept')).toBe('kept');
   });
 
-  // Known flake under the full suite (about one run in three there, never alone): some step waits out a 60 s runsc
-  // timeout. Retried once and given room until the root cause is found; see the closing note of issue 3.
-  it('refuses a tampered, truncated or foreign image and stays paused and intact', {
-    retry: 1,
-    timeout: 300_000,
-  }, async () => {
+  it('refuses a tampered, truncated or foreign image and stays paused and intact', async () => {
     const id = await create();
     const [first] = await startCounter(id);
     await driver.pause(id);
