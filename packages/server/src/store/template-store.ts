@@ -45,21 +45,7 @@ export class TemplateStore {
         .where('tenant_id', '=', record.tenantId)
         .where('name', '=', record.name)
         .execute();
-      await trx
-        .insertInto('templates')
-        .values({
-          tenant_id: record.tenantId,
-          name: record.name,
-          id: record.id,
-          state: record.state,
-          from_name: record.fromName,
-          apt: JSON.stringify(record.apt),
-          run: JSON.stringify(record.run),
-          size_bytes: record.sizeBytes,
-          error: record.error,
-          created_at: record.createdAt,
-        })
-        .execute();
+      await trx.insertInto('templates').values(toRow(record)).execute();
     });
   }
 
@@ -69,21 +55,7 @@ export class TemplateStore {
    */
   async insertNew(record: TemplateRecord): Promise<boolean> {
     try {
-      await this.db
-        .insertInto('templates')
-        .values({
-          tenant_id: record.tenantId,
-          name: record.name,
-          id: record.id,
-          state: record.state,
-          from_name: record.fromName,
-          apt: JSON.stringify(record.apt),
-          run: JSON.stringify(record.run),
-          size_bytes: record.sizeBytes,
-          error: record.error,
-          created_at: record.createdAt,
-        })
-        .execute();
+      await this.db.insertInto('templates').values(toRow(record)).execute();
       return true;
     } catch (error) {
       if (isUniqueViolation(error)) return false;
@@ -158,4 +130,20 @@ export class TemplateStore {
 function isUniqueViolation(error: unknown): boolean {
   const e = error as { code?: string } | undefined;
   return e?.code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || e?.code === 'SQLITE_CONSTRAINT_UNIQUE' || e?.code === '23505';
+}
+
+/** The `templates` row of a record (lists as JSON text, portable across SQLite and PostgreSQL). */
+function toRow(record: TemplateRecord) {
+  return {
+    tenant_id: record.tenantId,
+    name: record.name,
+    id: record.id,
+    state: record.state,
+    from_name: record.fromName,
+    apt: JSON.stringify(record.apt),
+    run: JSON.stringify(record.run),
+    size_bytes: record.sizeBytes,
+    error: record.error,
+    created_at: record.createdAt,
+  };
 }
