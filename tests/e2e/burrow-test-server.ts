@@ -22,7 +22,8 @@ export async function startTestServer(): Promise<TestServer> {
   const dataDir = mkdtempSync(join(tmpdir(), 'burrow-e2e-'));
   const config = server.loadConfig(
     { BURROW_DATA_DIR: dataDir },
-    { dataDir, host: '127.0.0.1', port: 0, templatesDir: TEST_TEMPLATES_DIR, logLevel: 'warn' },
+    // No warm pool: its sandboxes would outlive close() (a server restart re-adopts them) and the data dir.
+    { dataDir, host: '127.0.0.1', port: 0, templatesDir: TEST_TEMPLATES_DIR, logLevel: 'warn', warmPool: [] },
   );
   let running: Awaited<ReturnType<typeof server.startServer>> | undefined;
   try {

@@ -17,6 +17,7 @@ import { KeyService } from './services/key-service.js';
 import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
+import { parseWarmPool, WarmPool, type WarmPoolTarget } from './services/warm-pool.js';
 import { openStore, type Store } from './store/store.js';
 import { type Clock, systemClock } from './util/clock.js';
 import { KeyedMutex } from './util/keyed-mutex.js';
@@ -43,6 +44,12 @@ export interface Config {
   bodyLimitBytes: number;
   /** Time between reconcile passes, ms. @default 30_000 (30 s) (BURROW_RECONCILE_INTERVAL_MS) */
   reconcileIntervalMs: number;
+  /**
+   * Ready sandboxes kept per (public template, resources), claimed by creates that match; started by
+   * {@link startServer} only. @default base:2 (BURROW_WARM_POOL, `TEMPLATE[@CPU/MEMORY_MIB/DISK_MIB]:COUNT,…`; `none`
+   * for no pool)
+   */
+  warmPool: WarmPoolTarget[];
 }
 
 /** Values that win over the environment (CLI flags). */
@@ -81,6 +88,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     reconcileIntervalMs:
       overrides.reconcileIntervalMs ??
       intFrom(env.BURROW_RECONCILE_INTERVAL_MS, 'BURROW_RECONCILE_INTERVAL_MS', 30_000),
+    warmPool: overrides.warmPool ?? parseWarmPool(env.BURROW_WARM_POOL ?? 'base:2'),
   };
 }
 
@@ -102,6 +110,8 @@ export interface Burrow {
   store: Store;
   driver: RuntimeDriver;
   reconciler: Reconciler;
+  /** The warm pool (not running until {@link startServer} or `pool.start()`). */
+  pool: WarmPool;
   logger: Logger;
   /** Stop the reconciler, close the app and the database. */
   close(): Promise<void>;
@@ -143,7 +153,21 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     clock,
     logger,
   });
-  const sandboxes = new SandboxService({
+  const pool = new WarmPool(
+    {
+      pool: store.pool,
+      sandboxes: store.sandboxes,
+      templates,
+      driver,
+      mutex,
+      clock,
+      logger: logger.child({ component: 'warm-pool' }),
+      deleteUnderLock: (record) => sandboxes.deleteUnderLock(record),
+    },
+    config.warmPool,
+  );
+  const sandboxes: SandboxService = new SandboxService({
+    pool,
     sandboxes: store.sandboxes,
     templates,
     driver,
@@ -180,8 +204,10 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     store,
     driver,
     reconciler,
+    pool,
     logger,
     close: async () => {
+      await pool.stop();
       await reconciler.stop();
       await app.close();
       await store.close();
@@ -222,6 +248,7 @@ export async function startServer(
     }
     await burrow.reconciler.reconcileOnce();
     burrow.reconciler.start(config.reconcileIntervalMs);
+    burrow.pool.start();
     const url = await burrow.app.listen({ host: config.host, port: config.port });
     return { url, burrow, close: () => burrow.close() };
   } catch (error) {

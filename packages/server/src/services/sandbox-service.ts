@@ -15,6 +15,7 @@ import type { HostCapacity } from './host-capacity.js';
 import type { Principal } from './key-service.js';
 import { PersistenceService, runtimeFailure } from './persistence-service.js';
 import type { TemplateService } from './template-service.js';
+import type { WarmPool } from './warm-pool.js';
 
 /** Most conditions kept per sandbox; older ones are dropped first. */
 const MAX_CONDITIONS = 20;
@@ -57,6 +58,8 @@ export interface SandboxServiceDeps {
   mutex: KeyedMutex;
   clock: Clock;
   logger: Logger;
+  /** Ready sandboxes a create may claim instead of booting one (absent: every create is cold). */
+  pool?: WarmPool | undefined;
 }
 
 /** The API view of a sandbox row. */
@@ -134,6 +137,21 @@ export class SandboxService {
             memoryMiB: restoreMemory ? snapshot.settings.memoryMiB : (input.memoryMiB ?? snapshot.settings.memoryMiB),
             diskMiB: snapshot.settings.diskMiB,
           };
+    if (snapshot === null && this.deps.pool !== undefined) {
+      // Fast path: a pool sandbox of the same template and resources, handed over by one conditional update.
+      const claimed = await this.deps.pool.claim({
+        tenantId: caller.tenantId,
+        template: input.template,
+        templateId: template.id,
+        resources,
+        env: input.env,
+        labels: input.labels,
+        cwd: input.cwd,
+        timeoutMs: input.timeoutMs,
+        autoResume: input.autoResume ?? true,
+      });
+      if (claimed !== null) return toSandbox(claimed);
+    }
     await this.checkCapacity(resources);
     const id = newId('sbx');
     const logger = this.deps.logger.child({ sandboxId: id, tenantId: caller.tenantId });

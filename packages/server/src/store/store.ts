@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely';
 import { type DB, type Dialect, openDatabase } from './database.js';
 import { KeyStore } from './key-store.js';
 import { migrateToLatest } from './migrations.js';
+import { PoolStore } from './pool-store.js';
 import { SandboxStore } from './sandbox-store.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { TemplateStore } from './template-store.js';
@@ -14,6 +15,8 @@ export interface Store {
   readonly keys: KeyStore;
   readonly templates: TemplateStore;
   readonly snapshots: SnapshotStore;
+  /** Warm-pool rows (tenant `_pool`) and the atomic claim. */
+  readonly pool: PoolStore;
   /** Apply pending migrations. */
   migrate(): Promise<void>;
   /** Close the connection (pool). */
@@ -27,10 +30,12 @@ export interface Store {
  */
 export function openStore(databaseUrl: string): Store {
   const { db, dialect } = openDatabase(databaseUrl);
+  const sandboxes = new SandboxStore(db);
   return {
     db,
     dialect,
-    sandboxes: new SandboxStore(db),
+    sandboxes,
+    pool: new PoolStore(db, sandboxes),
     keys: new KeyStore(db),
     templates: new TemplateStore(db),
     snapshots: new SnapshotStore(db),
