@@ -2,8 +2,14 @@
  * `npm run bench`: the numbers Burrow publishes, each next to the raw runtime measured in the same run.
  * Writes bench/results/<date>.json and regenerates docs/performance.md.
  *
- * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`.
+ * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`,
+ * `--creates N` (time-to-first-command samples per variant; default 100, 5 with --quick), `--pool N` (warm pool size
+ * during the warm samples; default 4), `--only start,core,exec,files,persistence` (a subset; not written to
+ * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200).
  * Env: `BURROW_BENCH_TEMPLATES_DIR` (default /var/tmp/burrow-test-templates, shared with the tests).
+ *
+ * docs/performance.md is regenerated from the newest full run and the newest density run in bench/results, with
+ * each row's change against the previous full run (reproducibility).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -13,26 +19,31 @@ import { fileURLToPath } from 'node:url';
 import { buildTemplate } from '@burrow/runtime-gvisor';
 import { Sandbox } from '@burrow/sdk';
 import { loadConfig, setup, startServer } from '@burrow/server';
+import { benchDensity, type DensityResult } from './density-bench.js';
 import { benchExec } from './exec-bench.js';
 import { benchFiles } from './files-bench.js';
 import { benchPersistence } from './persistence-bench.js';
 import { RawRunsc } from './raw-runsc.js';
-import { type Summary, summarize, time } from './stats.js';
+import { loadRuns, type Row, type RunResult, renderMarkdown } from './report.js';
+import { benchStart } from './start-bench.js';
+import { summarize, time } from './stats.js';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const quick = process.argv.includes('--quick');
 const itArg = process.argv.indexOf('--iterations');
 const iterations = itArg > 0 ? Number(process.argv[itArg + 1]) : quick ? 3 : 30;
 const templatesDir = process.env.BURROW_BENCH_TEMPLATES_DIR ?? '/var/tmp/burrow-test-templates';
-
-interface Row {
-  metric: string;
-  ours: Summary;
-  raw: Summary | null;
-  /** ours.p50 / raw.p50 */
-  ratio: number | null;
-  target: string;
-}
+const numArg = (name: string, fallback: number): number => {
+  const at = process.argv.indexOf(name);
+  return at > 0 ? Number(process.argv[at + 1]) : fallback;
+};
+const creates = numArg('--creates', quick ? 5 : 100);
+const poolSize = numArg('--pool', 4);
+const density = process.argv.includes('--density');
+const onlyArg = process.argv.indexOf('--only');
+const only = onlyArg > 0 ? new Set((process.argv[onlyArg + 1] ?? '').split(',')) : null;
+const wants = (section: string) => only === null || only.has(section);
+const resultsDir = join(repo, 'bench', 'results');
 
 const log = (msg: string) => process.stderr.write(`bench: ${msg}\n`);
 
@@ -40,7 +51,8 @@ async function main(): Promise<void> {
   const work = await mkdtemp('/var/tmp/burrow-bench-');
   const dataDir = join(work, 'data');
   await mkdir(dataDir);
-  const config = loadConfig(process.env, { dataDir, templatesDir, port: 0, logLevel: 'warn' });
+  // The warm pool starts empty: the start bench sizes it, and drains it before the other rows.
+  const config = loadConfig(process.env, { dataDir, templatesDir, port: 0, logLevel: 'warn', warmPool: [] });
   log(`setup (template cache ${templatesDir})`);
   const prepared = await setup(config, { onLog: () => undefined });
   const server = await startServer(config);
@@ -48,24 +60,66 @@ async function main(): Promise<void> {
   const base = await buildTemplate({ templatesDir, apt: [], run: [] });
   const raw = new RawRunsc(join(work, 'raw'), base.rootfsDir);
   const rows: Row[] = [];
+  let densityResult: DensityResult | null = null;
+  const notes: string[] = [];
   try {
-    rows.push(...(await benchCore(conn, raw)));
-    rows.push(...(await benchExec(conn, raw, { iterations, log })));
-    rows.push(...(await benchFiles(conn, { quick, workDir: work, log })));
-    const persistence = await benchPersistence(conn, raw, { iterations, workDir: join(work, 'images'), log });
-    rows.push(...persistence.rows);
-    log(`image sizes: idle ${persistence.imageBytes.idle} B, 512 MiB dirty ${persistence.imageBytes.dirty} B`);
+    if (density) {
+      densityResult = await benchDensity(conn, {
+        running: numArg('--running', quick ? 3 : 50),
+        paused: numArg('--paused', quick ? 5 : 200),
+        dataDir,
+        serverPid: process.pid,
+        log,
+      });
+    } else {
+      if (wants('start')) {
+        const start = await benchStart(conn, raw, server.burrow.pool, {
+          creates,
+          poolSize,
+          workDir: join(work, 'start'),
+          log,
+        });
+        rows.push(...start.rows);
+      }
+      if (wants('core')) rows.push(...(await benchCore(conn, raw)));
+      if (wants('exec')) rows.push(...(await benchExec(conn, raw, { iterations, log })));
+      if (wants('files')) rows.push(...(await benchFiles(conn, { quick, workDir: work, log })));
+      if (wants('persistence')) {
+        const persistence = await benchPersistence(conn, raw, { iterations, workDir: join(work, 'images'), log });
+        rows.push(...persistence.rows);
+        notes.push(
+          `Pause image sizes: idle ${(persistence.imageBytes.idle / 1e6).toFixed(1)} MB, 512 MiB dirty ${(persistence.imageBytes.dirty / 1e6).toFixed(1)} MB.`,
+        );
+      }
+    }
   } finally {
+    await server.burrow.pool.drain().catch(() => undefined);
     await server.close();
     await rm(work, { recursive: true, force: true }).catch(() => undefined);
   }
-  const result = { date: new Date().toISOString(), quick, iterations, machine: machineInfo(), rows };
-  const day = result.date.slice(0, 10);
+  const date = new Date().toISOString();
+  const kind = density ? 'density' : only !== null ? 'partial' : 'full';
+  const result: RunResult = {
+    date,
+    kind,
+    quick,
+    iterations,
+    creates,
+    poolSize,
+    machine: machineInfo(),
+    rows,
+    notes,
+    density: densityResult,
+  };
+  const suffix = `${quick ? '-quick' : ''}${kind === 'full' ? '' : `-${kind}`}`;
   await writeFile(
-    join(repo, 'bench', 'results', `${day}${quick ? '-quick' : ''}.json`),
+    join(resultsDir, `${date.replace(/[:.]/g, '-')}${suffix}.json`),
     `${JSON.stringify(result, null, 2)}\n`,
   );
-  if (!quick) await writeFile(join(repo, 'docs', 'performance.md'), renderMarkdown(result));
+  if (!quick && kind !== 'partial') {
+    await writeFile(join(repo, 'docs', 'performance.md'), renderMarkdown(await loadRuns(resultsDir)));
+  }
+  if (densityResult) log(`density: ${JSON.stringify(densityResult)}`);
   for (const r of rows) {
     log(
       `${r.metric}: p50 ${r.ours.p50} ms, p95 ${r.ours.p95} ms, p99 ${r.ours.p99} ms` +
@@ -107,7 +161,7 @@ async function benchCore(conn: { apiUrl: string; apiKey: string }, raw: RawRunsc
     rawDel.push(await time(() => raw.delete(id)));
   }
   return [
-    row('create → first exec', createFirst, rawCreateFirst, 'p50 ≤ 100 ms (issue 7)'),
+    row('create → first exec (issue 2 loop: a delete between creates, no pool)', createFirst, rawCreateFirst, '—'),
     row('exec round trip (`true`)', execRtt, rawExec, 'p50 ≤ 15 ms (issue 4)'),
     row('delete (verified)', del, rawDel, '—'),
   ];
@@ -136,33 +190,6 @@ function machineInfo(): Record<string, string | number> {
     node: process.version,
     runsc,
   };
-}
-
-function renderMarkdown(result: {
-  date: string;
-  iterations: number;
-  machine: Record<string, string | number>;
-  rows: Row[];
-}): string {
-  const m = result.machine;
-  const lines = [
-    '# Performance',
-    '',
-    'Generated by `npm run bench` (bench/run.ts); do not edit by hand. Raw = the same runsc flags and overlay disk',
-    'driven directly with runsc commands, measured in the same run; ratio = ours p50 / raw p50.',
-    '',
-    `Run ${result.date}, ${result.iterations} iterations. Machine: ${m.cpu}, ${m.cores} cores, ${m.memoryGiB} GiB,`,
-    `kernel ${m.kernel}, Node ${m.node}, ${m.runsc}.`,
-    '',
-    '| metric | p50 ms | p95 ms | p99 ms | raw p50 ms | raw p95 ms | ratio | target |',
-    '|---|---|---|---|---|---|---|---|',
-    ...result.rows.map(
-      (r) =>
-        `| ${r.metric} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${r.target} |`,
-    ),
-    '',
-  ];
-  return lines.join('\n');
 }
 
 await main();

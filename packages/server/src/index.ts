@@ -18,5 +18,6 @@ export type { HostCapacity } from './services/host-capacity.js';
 export type { Principal } from './services/key-service.js';
 export type { Services } from './services/services.js';
 export type { BuiltTemplateInfo, TemplateBuilder } from './services/template-service.js';
+export { parseWarmPool, WarmPool, type WarmPoolReport, type WarmPoolTarget } from './services/warm-pool.js';
 export { openStore, type Store } from './store/store.js';
 export type { Clock } from './util/clock.js';

@@ -93,6 +93,11 @@ export interface WarmPoolDeps {
   logger: Logger;
   /** Delete a sandbox row and everything of it on the host; call under the id's lock (SandboxService.deleteUnderLock). */
   deleteUnderLock(record: SandboxRecord): Promise<void>;
+  /**
+   * Wait after a claim before refilling, ms: a refill boots a sandbox (runsc create/start, ~0.3 s of CPU), and on a
+   * small host that would slow the claimer's first commands. @default 1000
+   */
+  refillDelayMs?: number | undefined;
 }
 
 /** States of a tenant's sandbox that mean real work the pool must not slow down. */
@@ -108,6 +113,8 @@ const BUSY_STATES = new Set(['creating', 'resuming', 'pausing', 'stopping']);
 export class WarmPool {
   private targets: WarmPoolTarget[];
   private timer: NodeJS.Timeout | null = null;
+  /** When {@link timer} fires, epoch ms. */
+  private dueAtMs = 0;
   private filling: Promise<WarmPoolReport> | null = null;
   private stopped = true;
   /** Set by {@link stop}: a pass in progress creates nothing more. */
@@ -155,7 +162,7 @@ export class WarmPool {
     if (claimed !== null) {
       this.deps.logger.info({ sandboxId: claimed.id, tenantId: input.tenantId }, 'warm pool sandbox claimed');
     }
-    this.kick();
+    if (!this.stopped) this.schedule(this.deps.refillDelayMs ?? 1000);
     return claimed;
   }
 
@@ -187,6 +194,16 @@ export class WarmPool {
     return this.fillOnce();
   }
 
+  /** True when no fill is running or due within the next moment (for benches: measure on a quiet host). */
+  isIdle(): boolean {
+    return this.filling === null;
+  }
+
+  /** Ids of every pool sandbox, any state. */
+  async memberIds(): Promise<string[]> {
+    return (await this.deps.pool.members()).map((m) => m.id);
+  }
+
   /** Ready pool sandboxes per target, in target order. */
   async readyCounts(): Promise<number[]> {
     const members = await this.deps.pool.members();
@@ -216,8 +233,14 @@ export class WarmPool {
     if (!this.stopped) this.schedule(0);
   }
 
+  /** Run a fill in `delayMs`, unless one is already due sooner (a stream of claims never postpones the refill). */
   private schedule(delayMs: number): void {
-    if (this.timer !== null) clearTimeout(this.timer);
+    const dueAtMs = Date.now() + delayMs;
+    if (this.timer !== null) {
+      if (this.dueAtMs <= dueAtMs) return;
+      clearTimeout(this.timer);
+    }
+    this.dueAtMs = dueAtMs;
     this.timer = setTimeout(() => {
       this.timer = null;
       this.fillOnce()
