@@ -63,6 +63,10 @@ export const ErrorCode = {
   checkpointRejected: 'checkpoint_rejected',
   /** The runtime lacks the capability this call needs (for example `checkpoint`). */
   unsupported: 'unsupported',
+  /** A tenant quota (running, sandboxes, disk bytes, snapshots) would be exceeded; `details` names which. */
+  quotaExceeded: 'quota_exceeded',
+  /** No webhook with this id exists for the caller's tenant. */
+  webhookNotFound: 'webhook_not_found',
   /** Anything unexpected; the server log carries the details under the request id. */
   internal: 'internal_error',
 } as const;
@@ -101,6 +105,8 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   snapshot_exists: 409,
   checkpoint_rejected: 422,
   unsupported: 501,
+  quota_exceeded: 429,
+  webhook_not_found: 404,
   internal_error: 500,
 };
 

@@ -4,6 +4,7 @@ export * from './errors.js';
 export * from './exec.js';
 export * from './files.js';
 export * from './keys.js';
+export * from './lifecycle.js';
 export * from './sandbox.js';
 export * from './snapshots.js';
 export * from './templates.js';

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { EnvSchema, InstantSchema, LabelsSchema, NameSchema, SandboxIdSchema, SandboxPathSchema } from './common.js';
+import { ExpirySchema, PolicyFieldsSchema } from './lifecycle.js';
 
 /** Observed sandbox states (ARCHITECTURE §3). `error` always carries a condition with a reason and is deletable. */
 export const SandboxStateSchema = z.enum([
@@ -65,6 +66,16 @@ export const CreateSandboxRequestSchema = z
     labels: LabelsSchema.default({}),
     /** Time to live from creation in ms (1 s to 30 days); the sandbox is deleted when it runs out. `null` for none. @default 3_600_000 (1 hour) */
     timeoutMs: z.number().int().min(1000).max(2_592_000_000).nullable().default(DEFAULT_SANDBOX_TIMEOUT_MS),
+    /** What the TTL does when it runs out: `pause`, `stop` or `delete`. @default 'delete' */
+    timeoutAction: PolicyFieldsSchema.shape.timeoutAction.default('delete'),
+    /** Pause after this long without activity, ms. @default null (never) */
+    idleTimeoutMs: PolicyFieldsSchema.shape.idleTimeoutMs.default(null),
+    /** Delete this long after creation whatever else happens, ms. @default null (none) */
+    maxAgeMs: PolicyFieldsSchema.shape.maxAgeMs.default(null),
+    /** Delete after staying paused this long, ms. @default null (keep) */
+    pausedRetentionMs: PolicyFieldsSchema.shape.pausedRetentionMs.default(null),
+    /** Keep only the newest N snapshots of this sandbox. @default null (all) */
+    snapshotKeepLast: PolicyFieldsSchema.shape.snapshotKeepLast.default(null),
     /** Resume a paused sandbox on an exec or files call; when false those calls fail with `sandbox_paused`. @default true */
     autoResume: z.boolean().default(true),
     /** Start from this snapshot (name or `snp_` id) instead of the template; the snapshot's template is used. */
@@ -91,8 +102,19 @@ export const SandboxSchema = z
     resources: ResourcesSchema,
     labels: z.record(z.string(), z.string()),
     timeoutMs: z.number().int().nullable(),
-    /** When the TTL runs out (ISO-8601), or null if the sandbox has no TTL. */
+    timeoutAction: PolicyFieldsSchema.shape.timeoutAction,
+    idleTimeoutMs: z.number().int().nullable(),
+    maxAgeMs: z.number().int().nullable(),
+    pausedRetentionMs: z.number().int().nullable(),
+    snapshotKeepLast: z.number().int().nullable(),
+    /** When the next policy action is due (ISO-8601; `expiry.at`), or null when no policy applies now. */
     expiresAt: InstantSchema.nullable(),
+    /** The next policy deadline: when, the action then, and the policy behind it. */
+    expiry: ExpirySchema.nullable(),
+    /** When the sandbox pauses for idleness (ISO-8601); null without an idle policy, when not running, or while busy. */
+    idleDeadlineAt: InstantSchema.nullable(),
+    /** When the TTL (`timeoutMs`) runs out (ISO-8601), or null. Keepalive and PATCH move it. */
+    timeoutAt: InstantSchema.nullable(),
     /** The state the server is moving the sandbox to (`state` is what it observed last). */
     desiredState: DesiredStateSchema,
     /** Whether an exec or files call resumes the sandbox when it is paused. */

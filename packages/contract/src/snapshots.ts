@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { InstantSchema, NameSchema, SandboxIdSchema } from './common.js';
+import { ExpirySchema } from './lifecycle.js';
 
 /** `snp_` + 20 base32 characters. */
 export const SnapshotIdSchema = z
@@ -13,6 +14,8 @@ export const CreateSnapshotRequestSchema = z
     name: NameSchema.optional(),
     /** Include processes and memory (needs the runtime's `checkpoint` capability); false keeps the files only. @default true */
     memory: z.boolean().default(true),
+    /** Delete the snapshot this long after it is taken, ms (1 s to 365 days). @default none */
+    retentionMs: z.number().int().min(1000).max(31_536_000_000).optional(),
   })
   .strict()
   .meta({ id: 'CreateSnapshotRequest' });
@@ -36,6 +39,10 @@ export const SnapshotSchema = z
     /** Runtime build the image needs, for example `runsc version 0.0~20240729.0 systrap`. */
     runtimeVersion: z.string(),
     createdAt: InstantSchema,
+    /** When retention deletes it (ISO-8601), or null. Keep-last-N of its sandbox can delete it earlier. */
+    expiresAt: InstantSchema.nullable(),
+    /** The deadline as `{ at, action: 'delete', reason: 'snapshot-retention' }`, or null. */
+    expiry: ExpirySchema.nullable(),
   })
   .meta({ id: 'Snapshot' });
 export type Snapshot = z.infer<typeof SnapshotSchema>;

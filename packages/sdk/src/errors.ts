@@ -118,6 +118,10 @@ export class SnapshotNotFoundError extends BurrowError {}
 export class CheckpointRejectedError extends BurrowError {}
 /** The server's runtime cannot do this (for example pause without checkpoint support). */
 export class UnsupportedError extends BurrowError {}
+/** A tenant quota would be exceeded (`quota_exceeded`, HTTP 429); `details` says which limit; see `quota()`. */
+export class QuotaExceededError extends BurrowError {}
+/** No webhook with this id exists for the caller's tenant (`webhook_not_found`). */
+export class WebhookNotFoundError extends BurrowError {}
 
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
@@ -152,6 +156,8 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   snapshot_exists: ConflictError,
   checkpoint_rejected: CheckpointRejectedError,
   unsupported: UnsupportedError,
+  quota_exceeded: QuotaExceededError,
+  webhook_not_found: WebhookNotFoundError,
   internal_error: ServerError,
 };
 

@@ -7,7 +7,16 @@ import { type Logger, pino } from 'pino';
 import { CommandService } from './commands/command-service.js';
 import { buildApp } from './http/app.js';
 import type { ZodApp } from './http/zod-app.js';
+import { ActivityTracker } from './lifecycle/activity-tracker.js';
+import { ActorContext } from './lifecycle/actor-context.js';
+import { hasRunningCommand } from './lifecycle/command-activity-probe.js';
+import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
+import { EventService } from './services/event-service.js';
+import { PolicyService } from './services/policy-service.js';
+import { QuotaService } from './services/quota-service.js';
+import { WebhookDispatcher } from './services/webhook-dispatcher.js';
+import { EventStore } from './store/event-store.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
 import { ExecService } from './services/exec-service.js';
@@ -44,6 +53,12 @@ export interface Config {
   bodyLimitBytes: number;
   /** Time between reconcile passes, ms. @default 30_000 (30 s) (BURROW_RECONCILE_INTERVAL_MS) */
   reconcileIntervalMs: number;
+  /** Time between lifecycle policy passes (TTL, idle, max age, retention), ms. @default 1000 (1 s) (BURROW_POLICY_INTERVAL_MS) */
+  policyIntervalMs: number;
+  /** How long before a deletion by policy its `warning` event comes, ms. @default 300_000 (5 minutes) (BURROW_EXPIRY_WARNING_MS) */
+  expiryWarningMs: number;
+  /** First webhook retry delay; doubles per attempt, ms. @default 1000 (1 s) (BURROW_WEBHOOK_RETRY_BASE_MS) */
+  webhookRetryBaseMs: number;
   /**
    * Ready sandboxes kept per (public template, resources), claimed by creates that match; started by
    * {@link startServer} only. @default base:2 (BURROW_WARM_POOL, `TEMPLATE[@CPU/MEMORY_MIB/DISK_MIB]:COUNT,…`; `none`
@@ -88,6 +103,12 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     reconcileIntervalMs:
       overrides.reconcileIntervalMs ??
       intFrom(env.BURROW_RECONCILE_INTERVAL_MS, 'BURROW_RECONCILE_INTERVAL_MS', 30_000),
+    policyIntervalMs:
+      overrides.policyIntervalMs ?? intFrom(env.BURROW_POLICY_INTERVAL_MS, 'BURROW_POLICY_INTERVAL_MS', 1000),
+    expiryWarningMs:
+      overrides.expiryWarningMs ?? intFrom(env.BURROW_EXPIRY_WARNING_MS, 'BURROW_EXPIRY_WARNING_MS', 300_000),
+    webhookRetryBaseMs:
+      overrides.webhookRetryBaseMs ?? intFrom(env.BURROW_WEBHOOK_RETRY_BASE_MS, 'BURROW_WEBHOOK_RETRY_BASE_MS', 1000),
     warmPool: overrides.warmPool ?? parseWarmPool(env.BURROW_WARM_POOL ?? 'base:2'),
   };
 }
@@ -110,6 +131,10 @@ export interface Burrow {
   store: Store;
   driver: RuntimeDriver;
   reconciler: Reconciler;
+  /** Lifecycle policy loop (started by {@link startServer}). */
+  policies: PolicyEnforcer;
+  /** Webhook delivery loop (started by {@link startServer}). */
+  webhooks: WebhookDispatcher;
   /** The warm pool (not running until {@link startServer} or `pool.start()`). */
   pool: WarmPool;
   logger: Logger;
@@ -144,6 +169,20 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     'the server stopped during the build; delete the template and build again',
   );
   const mutex = new KeyedMutex();
+  const activity = new ActivityTracker(clock);
+  const actors = new ActorContext();
+  const eventStore = new EventStore(store.db);
+  const events = new EventService({ events: eventStore, actors, clock, logger });
+  store.sandboxes.onTransition = (before, after) => events.onSandboxTransition(before, after);
+  store.sandboxes.quotas.onDenied = (denial) => events.onQuotaDenied(denial);
+  store.snapshots.quotas.onDenied = (denial) => events.onQuotaDenied(denial);
+  const webhooks = new WebhookDispatcher({
+    events: eventStore,
+    clock,
+    logger: logger.child({ component: 'webhooks' }),
+    retryBaseMs: config.webhookRetryBaseMs,
+  });
+  events.onAppended = () => webhooks.kick();
   const blobs = deps.blobs ?? new LocalDirBlobStore(join(config.dataDir, 'snapshots'));
   const keys = new KeyService({ keys: store.keys, clock, logger });
   const templates = new TemplateService({
@@ -171,6 +210,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     sandboxes: store.sandboxes,
     templates,
     driver,
+    activity,
     capacity: deps.capacity ?? hostCapacity(config.dataDir),
     snapshots: store.snapshots,
     blobs,
@@ -182,9 +222,20 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     keys,
     templates,
     sandboxes,
-    exec: new ExecService({ sandboxes, driver, mutex, clock, logger }),
+    exec: new ExecService({ sandboxes, driver, mutex, clock, logger, activity }),
     commands: new CommandService({ sandboxes, driver, mutex, clock, logger }),
     files: new FileService({ sandboxes, driver, mutex }),
+    events,
+    policies: new PolicyService({
+      sandboxes: store.sandboxes,
+      snapshots: store.snapshots,
+      service: sandboxes,
+      activity,
+      mutex,
+      clock,
+    }),
+    quotas: new QuotaService({ quotas: store.sandboxes.quotas, clock }),
+    activity,
     driverName: driver.name,
   };
   const reconciler = new Reconciler({
@@ -197,18 +248,38 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     clock,
     logger,
   });
-  const app = await buildApp({ services, logger, bodyLimitBytes: config.bodyLimitBytes });
+  const policies = new PolicyEnforcer({
+    sandboxes: store.sandboxes,
+    snapshots: store.snapshots,
+    blobs,
+    service: sandboxes,
+    driver,
+    events,
+    activity,
+    actors,
+    mutex,
+    clock,
+    logger: logger.child({ component: 'policies' }),
+    warningMs: config.expiryWarningMs,
+    busyProbe: (record) => hasRunningCommand(driver, services.commands, record.id),
+  });
+  const app = await buildApp({ services, logger, bodyLimitBytes: config.bodyLimitBytes, actors });
   return {
     app,
     services,
     store,
     driver,
     reconciler,
+    policies,
+    webhooks,
     pool,
     logger,
     close: async () => {
       await pool.stop();
+      await policies.stop();
+      await webhooks.stop();
       await reconciler.stop();
+      await events.flush();
       await app.close();
       await store.close();
     },
@@ -248,6 +319,8 @@ export async function startServer(
     }
     await burrow.reconciler.reconcileOnce();
     burrow.reconciler.start(config.reconcileIntervalMs);
+    burrow.policies.start(config.policyIntervalMs);
+    burrow.webhooks.start();
     burrow.pool.start();
     const url = await burrow.app.listen({ host: config.host, port: config.port });
     return { url, burrow, close: () => burrow.close() };

@@ -63,8 +63,11 @@ class AttachSession {
     const { id, commandId } = this.request.params as { id: string; commandId: string };
     const query = this.request.query as { offset: number; follow: boolean };
     const caller = principalOf(this.request);
+    // An attached stream is activity: the sandbox is never idle while it is open.
+    const release = this.services.activity?.hold(id);
     this.socket.on('close', () => {
       this.closed = true;
+      release?.();
     });
     this.socket.on('error', (error) => this.request.log.warn({ err: error }, 'attach socket error'));
     this.socket.on('message', (data: Buffer, isBinary: boolean) => {

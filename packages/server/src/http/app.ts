@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { registerCommandRoutes } from '../commands/command-routes.js';
 import { registerCommandStreamRoutes } from '../commands/command-stream-routes.js';
+import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
 import { newId } from '../util/ids.js';
@@ -20,6 +21,7 @@ import { mapError } from './error-mapping.js';
 import { registerExecStreamRoutes } from './exec-stream-routes.js';
 import { registerFileRoutes } from './file-routes.js';
 import { registerKeyRoutes } from './key-routes.js';
+import { registerLifecycleRoutes } from './lifecycle-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
 import { bearerSecret } from './principal.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
@@ -38,6 +40,8 @@ export interface AppOptions {
   logger: Logger;
   /** Largest JSON body, bytes. @default 16 MiB */
   bodyLimitBytes?: number;
+  /** Names the calling key as the actor of the events a request causes (absent: events say `system`). */
+  actors?: ActorContext;
 }
 
 /**
@@ -77,6 +81,17 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     transformObject: jsonSchemaTransformObject,
   });
   await app.register(fastifyWebsocket, { options: { maxPayload: 16 * 1024 * 1024 } });
+  const actors = options.actors;
+  if (actors !== undefined) {
+    // Every handler runs in its caller's actor scope, so events recorded deep in the store name the key.
+    app.addHook('onRoute', (route) => {
+      const handler = route.handler;
+      route.handler = function (this: unknown, request, reply) {
+        const actor = request.principal?.keyId ?? 'anonymous';
+        return actors.run({ actor }, () => handler.call(this as never, request, reply));
+      };
+    });
+  }
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
@@ -138,6 +153,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerCommandStreamRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerTemplateRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );

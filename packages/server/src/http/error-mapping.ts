@@ -1,6 +1,7 @@
 import type { ErrorEnvelope } from '@burrow/contract';
 import { ERROR_HTTP_STATUS, ErrorCode } from '@burrow/contract';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
+import { QuotaExceededError } from '../store/quota-store.js';
 import { ApiError } from '../util/api-error.js';
 
 /** An error turned into the envelope and the HTTP status to answer with. */
@@ -65,6 +66,19 @@ export function mapError(error: unknown, requestId: string): MappedError {
       envelope: envelope(error.code, error.message, error.hint, error.details),
       // A full sandbox disk (507) is the caller's state, not a server fault.
       unexpected: error.statusCode >= 500 && error.code !== ErrorCode.noSpace,
+    };
+  }
+  if (error instanceof QuotaExceededError) {
+    const { limit, max, used, requested } = error.denial;
+    return {
+      statusCode: ERROR_HTTP_STATUS.quota_exceeded,
+      envelope: envelope(
+        ErrorCode.quotaExceeded,
+        error.message,
+        'free capacity (delete, pause or stop sandboxes, delete snapshots) or ask an admin to raise the quota; see GET /v1/quota',
+        { limit, max, used, requested },
+      ),
+      unexpected: false,
     };
   }
   if (typeof error === 'object' && error !== null && hasZodFastifySchemaValidationErrors(error)) {

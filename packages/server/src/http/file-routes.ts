@@ -311,9 +311,12 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
         connection: 'close',
       });
       let open = true;
+      // An open watch is activity: the sandbox is never idle while someone watches it.
+      const release = services.activity?.hold(id);
       const finish = () => {
         if (!open) return;
         open = false;
+        release?.();
         clearInterval(heartbeat);
         void watch.close();
         reply.raw.end();

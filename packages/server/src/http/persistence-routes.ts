@@ -59,8 +59,13 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
         response: { 201: SnapshotSchema, ...ERROR_RESPONSES },
       },
     },
-    async (request, reply) =>
-      reply.code(201).send(await persistence().createSnapshot(principalOf(request), request.params.id, request.body)),
+    async (request, reply) => {
+      const caller = principalOf(request);
+      const snapshot = await persistence().createSnapshot(caller, request.params.id, request.body);
+      const retentionMs = request.body.retentionMs;
+      if (retentionMs === undefined) return reply.code(201).send(snapshot);
+      return reply.code(201).send(await services.policies.setSnapshotRetention(caller, snapshot.id, retentionMs));
+    },
   );
   app.get(
     '/snapshots',

@@ -18,7 +18,7 @@ export interface SandboxFacts {
 /** One step the reconciler takes for a row. */
 export type ReconcileAction =
   | { type: 'none' }
-  /** TTL ran out: delete the sandbox. */
+  /** Not decided here any more (the PolicyEnforcer expires sandboxes); kept for callers that still match it. */
   | { type: 'expire' }
   /** A `creating` or `deleting` row a previous process left: delete host resources and the row. */
   | { type: 'finish-interrupted' }
@@ -47,7 +47,8 @@ export function decideSandbox(
   if (facts.state === 'pausing' || facts.state === 'resuming' || facts.state === 'stopping') {
     return { action: { type: 'finish-transition' }, nextCheckAtMs: null };
   }
-  if (expiresMs !== null && expiresMs <= nowMs) return { action: { type: 'expire' }, nextCheckAtMs: null };
+  // Expiry by TTL and every other policy belongs to the PolicyEnforcer (lifecycle-policy.ts): it warns before it
+  // deletes, and a TTL may pause or stop instead. This decision only repairs and observes.
   return {
     action: facts.state === 'running' ? { type: 'observe' } : { type: 'none' },
     nextCheckAtMs: expiresMs,

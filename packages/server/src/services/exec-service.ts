@@ -3,6 +3,7 @@ import { ErrorCode, EXEC_OUTPUT_CAP_BYTES } from '@burrow/contract';
 import { type RuntimeDriver, RuntimeError, SandboxFs, type SandboxProcess } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import { resolveUser } from '../commands/user-lookup.js';
+import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
 import type { SandboxRecord } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
 import type { Clock } from '../util/clock.js';
@@ -67,6 +68,8 @@ export class ExecService {
       mutex: KeyedMutex;
       clock: Clock;
       logger: Logger;
+      /** Marks the sandbox busy while a command runs (absent: not tracked). */
+      activity?: ActivityTracker | undefined;
       /** Cap per output stream, bytes. @default EXEC_OUTPUT_CAP_BYTES (16 MiB) */
       outputCapBytes?: number;
     },
@@ -101,6 +104,9 @@ export class ExecService {
           ...(user === undefined ? {} : { user: { uid: user.uid, gid: user.gid } }),
           ...(signal === undefined ? {} : { signal }),
         });
+        // A running command (buffered or streamed) is activity: the sandbox is never idle until it ends.
+        const release = this.deps.activity?.hold(id);
+        if (release !== undefined) process.exited.then(release, release);
         return { process, sandbox, startedAtMs: this.deps.clock.nowMs() };
       } catch (error) {
         const refreshed = await this.deps.sandboxes.refresh(sandbox).catch(() => sandbox);

@@ -48,6 +48,11 @@ export function toSnapshot(r: SnapshotRecord): Snapshot {
     diskSizeBytes: r.diskSizeBytes,
     runtimeVersion: r.runtimeVersion,
     createdAt: r.createdAt,
+    expiresAt: r.expiresAt ?? null,
+    expiry:
+      r.expiresAt === null || r.expiresAt === undefined
+        ? null
+        : { at: r.expiresAt, action: 'delete', reason: 'snapshot-retention' },
   };
 }
 

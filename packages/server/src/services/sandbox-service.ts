@@ -2,8 +2,15 @@ import type { Condition, Resources, Sandbox, SandboxList, SandboxState } from '@
 import { DEFAULT_RESOURCES, ErrorCode } from '@burrow/contract';
 import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
+import type { ActivitySnapshot, ActivityTracker } from '../lifecycle/activity-tracker.js';
+import { lifecycleView } from '../lifecycle/expiry-view.js';
 import { expiresAtFor } from '../lifecycle/ttl-policy.js';
-import type { SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
+import {
+  DEFAULT_LIFECYCLE,
+  type SandboxLifecycle,
+  type SandboxRecord,
+  type SandboxStore,
+} from '../store/sandbox-store.js';
 import type { SnapshotStore } from '../store/snapshot-store.js';
 import { ApiError, sandboxNotFound } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
@@ -30,6 +37,12 @@ export interface CreateSandboxInput {
   diskMiB?: number | undefined;
   labels: Record<string, string>;
   timeoutMs: number | null;
+  /** Policies beyond the TTL (contract defaults: delete at the TTL, the rest off). */
+  timeoutAction?: SandboxLifecycle['timeoutAction'] | undefined;
+  idleTimeoutMs?: number | null | undefined;
+  maxAgeMs?: number | null | undefined;
+  pausedRetentionMs?: number | null | undefined;
+  snapshotKeepLast?: number | null | undefined;
   /** @default true */
   autoResume?: boolean | undefined;
   /** Snapshot name or id to start from. */
@@ -49,6 +62,8 @@ export interface ListSandboxesInput {
 
 /** Dependencies of the sandbox services. */
 export interface SandboxServiceDeps {
+  /** Activity for the idle policy: exec, file and command calls touch it (absent: not tracked). */
+  activity?: ActivityTracker | undefined;
   sandboxes: SandboxStore;
   templates: TemplateService;
   driver: RuntimeDriver;
@@ -64,6 +79,14 @@ export interface SandboxServiceDeps {
 
 /** The API view of a sandbox row. */
 export function toSandbox(r: SandboxRecord): Sandbox {
+  return toSandboxSeen(r, null);
+}
+
+/** The API view of a sandbox row, its idle deadline from what the activity tracker knows (null: nothing). */
+export function toSandboxSeen(
+  r: SandboxRecord,
+  activity: { seen: ActivitySnapshot | null; floorMs: number } | null,
+): Sandbox {
   return {
     id: r.id,
     template: r.template,
@@ -76,7 +99,7 @@ export function toSandbox(r: SandboxRecord): Sandbox {
     resources: { cpuCount: r.cpuCount, memoryMiB: r.memoryMiB, diskMiB: r.diskMiB },
     labels: r.labels,
     timeoutMs: r.timeoutMs,
-    expiresAt: r.expiresAt,
+    ...lifecycleView(r, activity?.seen ?? null, activity?.floorMs ?? 0),
     desiredState: r.desiredState,
     autoResume: r.autoResume,
     keeps: { filesystem: true, memory: ['running', 'pausing', 'paused', 'resuming'].includes(r.state) },
@@ -180,6 +203,14 @@ export class SandboxService {
         autoResume: input.autoResume ?? true,
         parentId: null,
         snapshotId: snapshot?.id ?? null,
+        lifecycle: {
+          ...DEFAULT_LIFECYCLE,
+          timeoutAction: input.timeoutAction ?? 'delete',
+          idleTimeoutMs: input.idleTimeoutMs ?? null,
+          maxAgeMs: input.maxAgeMs ?? null,
+          pausedRetentionMs: input.pausedRetentionMs ?? null,
+          snapshotKeepLast: input.snapshotKeepLast ?? null,
+        },
       };
       await this.deps.sandboxes.insert(record);
       const startedMs = this.deps.clock.nowMs();
@@ -248,7 +279,7 @@ export class SandboxService {
     const last = page.at(-1);
     const nextCursor =
       rows.length > query.limit && last ? encodeCursor({ createdAt: last.createdAt, id: last.id }) : null;
-    return { items: page.map(toSandbox), nextCursor };
+    return { items: page.map((r) => toSandboxSeen(r, this.activityOf(r.id))), nextCursor };
   }
 
   /**
@@ -258,7 +289,7 @@ export class SandboxService {
   async get(caller: Principal, id: string): Promise<Sandbox> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.require(caller.tenantId, id);
-      return toSandbox(await this.refresh(record));
+      return toSandboxSeen(await this.refresh(record), this.activityOf(id));
     });
   }
 
@@ -278,6 +309,7 @@ export class SandboxService {
    */
   async requireRunning(tenantId: string, id: string): Promise<SandboxRecord> {
     const record = await this.require(tenantId, id);
+    this.deps.activity?.touch(id);
     if (record.state !== 'paused') return record;
     if (!record.autoResume) {
       throw new ApiError(ErrorCode.sandboxPaused, `sandbox ${id} is paused`, {
@@ -365,6 +397,12 @@ export class SandboxService {
     }
     await this.deps.sandboxes.remove(record.tenantId, record.id);
     logger.info('sandbox deleted');
+  }
+
+  /** What the activity tracker knows of `id`, for the API view's idle deadline (null: not tracked). */
+  activityOf(id: string): { seen: ActivitySnapshot | null; floorMs: number } | null {
+    const activity = this.deps.activity;
+    return activity === undefined ? null : { seen: activity.snapshot(id), floorMs: activity.startedAtMs };
   }
 
   private async checkCapacity(resources: Resources): Promise<void> {

@@ -1,7 +1,11 @@
 import type { CommandService } from '../commands/command-service.js';
+import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
+import type { EventService } from './event-service.js';
 import type { ExecService } from './exec-service.js';
 import type { FileService } from './file-service.js';
 import type { KeyService } from './key-service.js';
+import type { PolicyService } from './policy-service.js';
+import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 
@@ -13,6 +17,14 @@ export interface Services {
   commands: CommandService;
   files: FileService;
   templates: TemplateService;
+  /** Lifecycle events, their live stream and webhooks. */
+  events: EventService;
+  /** Policy changes and keepalives. */
+  policies: PolicyService;
+  /** Tenant quotas. */
+  quotas: QuotaService;
+  /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
+  activity?: ActivityTracker | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
+import { type Generated, Kysely, PostgresDialect, SqliteDialect } from 'kysely';
 import pg from 'pg';
 
 /** `api_keys`: one row per key; only the sha256 of the secret is kept. */
@@ -47,6 +47,18 @@ export interface SandboxesTable {
   parent_id: string | null;
   /** The snapshot this one was restored from. */
   snapshot_id: string | null;
+  /** What the TTL does (`pause | stop | delete`); null on old rows (delete). From 0300. */
+  timeout_action?: string | null;
+  idle_timeout_ms?: number | null;
+  max_age_ms?: number | null;
+  paused_retention_ms?: number | null;
+  snapshot_keep_last?: number | null;
+  /** When the sandbox last became paused (ISO-8601); null when it is not paused. */
+  paused_at?: string | null;
+  /** The deletion deadline (ISO-8601) the last expiry warning event was about. */
+  expiry_warned_for?: string | null;
+  /** When that warning was recorded. */
+  expiry_warned_at?: string | null;
 }
 
 /** `snapshots`: immutable records of a sandbox's state; the bytes live in the BlobStore under `id`. */
@@ -68,6 +80,59 @@ export interface SnapshotsTable {
   /** JSON: env, cwd, resources and autoResume of the source sandbox, for sandboxes made from it. */
   settings: string;
   created_at: string;
+  /** Retention deadline (ISO-8601), or null. From 0300. */
+  expires_at?: string | null;
+}
+
+/** `events`: every lifecycle transition, in `seq` order (the public event id). */
+export interface EventsTable {
+  seq: Generated<number>;
+  tenant_id: string;
+  type: string;
+  sandbox_id: string | null;
+  snapshot_id: string | null;
+  reason: string;
+  /** `key_…` or `system:reconciler`. */
+  actor: string;
+  message: string;
+  /** JSON object. */
+  data: string;
+  at: string;
+}
+
+/** `webhooks`: per-tenant receivers of events; the secret signs deliveries (HMAC-SHA256). */
+export interface WebhooksTable {
+  id: string;
+  tenant_id: string;
+  url: string;
+  secret: string;
+  /** JSON array of event types, or null for all. */
+  types: string | null;
+  created_at: string;
+}
+
+/** `webhook_deliveries`: one row per (webhook, event); retried with backoff until delivered or failed. */
+export interface WebhookDeliveriesTable {
+  id: string;
+  webhook_id: string;
+  event_seq: number;
+  /** `pending | delivered | failed` */
+  state: string;
+  attempts: number;
+  next_attempt_at: string;
+  last_status: number | null;
+  last_error: string | null;
+  updated_at: string;
+}
+
+/** `tenant_quotas`: limits per tenant (null: unlimited); its row is also the lock that serializes quota checks. */
+export interface TenantQuotasTable {
+  tenant_id: string;
+  max_running: number | null;
+  max_sandboxes: number | null;
+  max_disk_bytes: number | null;
+  max_snapshots: number | null;
+  updated_at: string;
 }
 
 /** `sandbox_labels`: one row per label, for portable `key=value` filters. */
@@ -102,6 +167,10 @@ export interface DB {
   sandbox_labels: SandboxLabelsTable;
   templates: TemplatesTable;
   snapshots: SnapshotsTable;
+  events: EventsTable;
+  webhooks: WebhooksTable;
+  webhook_deliveries: WebhookDeliveriesTable;
+  tenant_quotas: TenantQuotasTable;
 }
 
 /** Which SQL engine a database runs on. */

@@ -1,4 +1,4 @@
-import { type Kysely, type Migration, type MigrationProvider, Migrator } from 'kysely';
+import { type Kysely, type Migration, type MigrationProvider, Migrator, PostgresAdapter } from 'kysely';
 import type { DB } from './database.js';
 
 /** Every migration, in order. Static so that it survives bundling; additive only. */
@@ -110,6 +110,92 @@ const MIGRATIONS: Record<string, Migration> = {
     async down(db: Kysely<unknown>) {
       await db.schema.dropTable('snapshots').ifExists().execute();
     },
+  },
+  '0300_lifecycle': {
+    async up(db: Kysely<unknown>) {
+      const postgres = db.getExecutor().adapter instanceof PostgresAdapter;
+      for (const [column, type] of [
+        ['timeout_action', 'text'],
+        ['idle_timeout_ms', 'double precision'],
+        ['max_age_ms', 'double precision'],
+        ['paused_retention_ms', 'double precision'],
+        ['snapshot_keep_last', 'integer'],
+        ['paused_at', 'text'],
+        ['expiry_warned_for', 'text'],
+        ['expiry_warned_at', 'text'],
+      ] as const) {
+        await db.schema.alterTable('sandboxes').addColumn(column, type).execute();
+      }
+      await db.schema.alterTable('snapshots').addColumn('expires_at', 'text').execute();
+      await db.schema
+        .createTable('events')
+        .addColumn('seq', postgres ? 'bigserial' : 'integer', (c) =>
+          postgres ? c.primaryKey() : c.primaryKey().autoIncrement(),
+        )
+        .addColumn('tenant_id', 'text', (c) => c.notNull())
+        .addColumn('type', 'text', (c) => c.notNull())
+        .addColumn('sandbox_id', 'text')
+        .addColumn('snapshot_id', 'text')
+        .addColumn('reason', 'text', (c) => c.notNull())
+        .addColumn('actor', 'text', (c) => c.notNull())
+        .addColumn('message', 'text', (c) => c.notNull())
+        .addColumn('data', 'text', (c) => c.notNull())
+        .addColumn('at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex('events_tenant_seq').on('events').columns(['tenant_id', 'seq']).execute();
+      await db.schema.createIndex('events_sandbox_seq').on('events').columns(['sandbox_id', 'seq']).execute();
+      await db.schema
+        .createTable('webhooks')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('tenant_id', 'text', (c) => c.notNull())
+        .addColumn('url', 'text', (c) => c.notNull())
+        .addColumn('secret', 'text', (c) => c.notNull())
+        .addColumn('types', 'text')
+        .addColumn('created_at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex('webhooks_tenant').on('webhooks').columns(['tenant_id']).execute();
+      await db.schema
+        .createTable('webhook_deliveries')
+        .addColumn('id', 'text', (c) => c.primaryKey())
+        .addColumn('webhook_id', 'text', (c) => c.notNull())
+        .addColumn('event_seq', 'bigint', (c) => c.notNull())
+        .addColumn('state', 'text', (c) => c.notNull())
+        .addColumn('attempts', 'integer', (c) => c.notNull())
+        .addColumn('next_attempt_at', 'text', (c) => c.notNull())
+        .addColumn('last_status', 'integer')
+        .addColumn('last_error', 'text')
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex('webhook_deliveries_due')
+        .on('webhook_deliveries')
+        .columns(['state', 'next_attempt_at'])
+        .execute();
+      await db.schema
+        .createTable('tenant_quotas')
+        .addColumn('tenant_id', 'text', (c) => c.primaryKey())
+        .addColumn('max_running', 'integer')
+        .addColumn('max_sandboxes', 'integer')
+        .addColumn('max_disk_bytes', 'double precision')
+        .addColumn('max_snapshots', 'integer')
+        .addColumn('updated_at', 'text', (c) => c.notNull())
+        .execute();
+    },
+    async down(db: Kysely<unknown>) {
+      for (const t of ['tenant_quotas', 'webhook_deliveries', 'webhooks', 'events']) {
+        await db.schema.dropTable(t).ifExists().execute();
+      }
+    },
+  },
+};
+
+/** Issue 6 part B (hygiene): quarantine. */
+MIGRATIONS['0400_quarantine'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema.alterTable('sandboxes').addColumn('quarantine', 'text').execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.alterTable('sandboxes').dropColumn('quarantine').execute();
   },
 };
 

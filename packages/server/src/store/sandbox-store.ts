@@ -1,7 +1,37 @@
 import type { Condition, DesiredState, SandboxState } from '@burrow/contract';
+import type { TimeoutAction } from '@burrow/contract';
 import type { Kysely, Selectable } from 'kysely';
 import type { PageCursor } from '../util/cursor.js';
 import type { DB, SandboxesTable } from './database.js';
+import { QuotaStore, RUNNING_QUOTA_STATES } from './quota-store.js';
+
+/** Lifecycle policy columns of a sandbox (0300) and the reconciler's bookkeeping for them. */
+export interface SandboxLifecycle {
+  /** What the TTL does. @default 'delete' */
+  timeoutAction: TimeoutAction;
+  idleTimeoutMs: number | null;
+  maxAgeMs: number | null;
+  pausedRetentionMs: number | null;
+  snapshotKeepLast: number | null;
+  /** When the sandbox became paused (set by {@link SandboxStore.update} on a move to `paused`), or null. */
+  pausedAt: string | null;
+  /** The deletion deadline the last warning event was about (ISO-8601), or null. */
+  expiryWarnedFor: string | null;
+  /** When that warning was recorded, or null. */
+  expiryWarnedAt: string | null;
+}
+
+/** Lifecycle fields of a row that has none set (rows from before 0300, or records built without them). */
+export const DEFAULT_LIFECYCLE: SandboxLifecycle = {
+  timeoutAction: 'delete',
+  idleTimeoutMs: null,
+  maxAgeMs: null,
+  pausedRetentionMs: null,
+  snapshotKeepLast: null,
+  pausedAt: null,
+  expiryWarnedFor: null,
+  expiryWarnedAt: null,
+};
 
 /** A sandbox row as the services use it (JSON columns parsed). */
 export interface SandboxRecord {
@@ -27,6 +57,8 @@ export interface SandboxRecord {
   autoResume: boolean;
   parentId: string | null;
   snapshotId: string | null;
+  /** Policies beyond `timeoutMs`; rows read from the store always carry them. @default DEFAULT_LIFECYCLE */
+  lifecycle?: SandboxLifecycle;
 }
 
 /** Filters and page of {@link SandboxStore.list}. */
@@ -41,7 +73,27 @@ export interface ListSandboxesOptions {
 }
 
 /** Fields a fenced update may change. */
-export type SandboxPatch = Partial<Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState'>>;
+export type SandboxPatch = Partial<
+  Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState' | 'timeoutMs' | 'expiresAt'>
+> & {
+  lifecycle?: Partial<SandboxLifecycle>;
+};
+
+/** Columns of {@link SandboxLifecycle} fields. */
+function lifecycleColumns(l: Partial<SandboxLifecycle>): Partial<SandboxesTable> {
+  const out: Partial<SandboxesTable> = {};
+  if (l.timeoutAction !== undefined) out.timeout_action = l.timeoutAction;
+  if (l.idleTimeoutMs !== undefined) out.idle_timeout_ms = l.idleTimeoutMs;
+  if (l.maxAgeMs !== undefined) out.max_age_ms = l.maxAgeMs;
+  if (l.pausedRetentionMs !== undefined) out.paused_retention_ms = l.pausedRetentionMs;
+  if (l.snapshotKeepLast !== undefined) out.snapshot_keep_last = l.snapshotKeepLast;
+  if (l.pausedAt !== undefined) out.paused_at = l.pausedAt;
+  if (l.expiryWarnedFor !== undefined) out.expiry_warned_for = l.expiryWarnedFor;
+  if (l.expiryWarnedAt !== undefined) out.expiry_warned_at = l.expiryWarnedAt;
+  return out;
+}
+
+const num = (v: number | null | undefined): number | null => (v === null || v === undefined ? null : Number(v));
 
 function toRecord(row: Selectable<SandboxesTable>): SandboxRecord {
   return {
@@ -67,16 +119,43 @@ function toRecord(row: Selectable<SandboxesTable>): SandboxRecord {
     autoResume: row.auto_resume === null ? true : Number(row.auto_resume) === 1,
     parentId: row.parent_id,
     snapshotId: row.snapshot_id,
+    lifecycle: {
+      timeoutAction: (row.timeout_action ?? 'delete') as TimeoutAction,
+      idleTimeoutMs: num(row.idle_timeout_ms),
+      maxAgeMs: num(row.max_age_ms),
+      pausedRetentionMs: num(row.paused_retention_ms),
+      snapshotKeepLast: num(row.snapshot_keep_last),
+      pausedAt: row.paused_at ?? null,
+      expiryWarnedFor: row.expiry_warned_for ?? null,
+      expiryWarnedAt: row.expiry_warned_at ?? null,
+    },
   };
 }
 
 /** Sandbox rows. Every tenant-facing query filters by tenant; `*AcrossTenants` methods are for the reconciler. */
 export class SandboxStore {
-  constructor(private readonly db: Kysely<DB>) {}
+  /**
+   * @param quotas checks tenant quotas inside the insert (and resume) transactions. @default one over `db`
+   */
+  constructor(
+    private readonly db: Kysely<DB>,
+    readonly quotas: QuotaStore = new QuotaStore(db),
+  ) {}
 
-  /** Insert a new sandbox and its labels in one transaction. */
+  /** Called after each state change a write makes (the event recorder sets this); null: nobody listens. */
+  onTransition: ((before: SandboxRecord, after: SandboxRecord | null) => void) | null = null;
+
+  /**
+   * Insert a new sandbox and its labels in one transaction, within the tenant's quotas.
+   * @throws QuotaExceededError when the tenant's running, sandbox or disk quota would be passed (nothing written)
+   */
   async insert(record: SandboxRecord): Promise<void> {
     await this.db.transaction().execute(async (trx) => {
+      await this.quotas.guard(trx, record.tenantId, {
+        sandboxes: 1,
+        running: RUNNING_QUOTA_STATES.includes(record.state as (typeof RUNNING_QUOTA_STATES)[number]) ? 1 : 0,
+        diskBytes: QuotaStore.diskBytes(record.diskMiB),
+      });
       await trx
         .insertInto('sandboxes')
         .values({
@@ -102,6 +181,7 @@ export class SandboxStore {
           auto_resume: record.autoResume ? 1 : 0,
           parent_id: record.parentId,
           snapshot_id: record.snapshotId,
+          ...lifecycleColumns(record.lifecycle ?? DEFAULT_LIFECYCLE),
         })
         .execute();
       const labels = Object.entries(record.labels);
@@ -170,29 +250,44 @@ export class SandboxStore {
     patch: SandboxPatch,
     updatedAt: string,
   ): Promise<SandboxRecord | null> {
-    const result = await this.db
-      .updateTable('sandboxes')
-      .set({
-        ...(patch.state === undefined ? {} : { state: patch.state }),
-        ...(patch.conditions === undefined ? {} : { conditions: JSON.stringify(patch.conditions) }),
-        ...(patch.desiredState === undefined ? {} : { desired_state: patch.desiredState }),
-        updated_at: updatedAt,
-        version: expectedVersion + 1,
-      })
-      .where('tenant_id', '=', tenantId)
-      .where('id', '=', id)
-      .where('version', '=', expectedVersion)
-      .executeTakeFirst();
+    const before = patch.state !== undefined && this.onTransition !== null ? await this.get(tenantId, id) : null;
+    // Leaving paused or stopped for `resuming` takes a running slot: checked with the write, under the quota lock.
+    const result = await this.db.transaction().execute(async (trx) => {
+      if (patch.state === 'resuming') await this.quotas.guard(trx, tenantId, { running: 1 });
+      return trx
+        .updateTable('sandboxes')
+        .set({
+          ...(patch.state === undefined ? {} : { state: patch.state }),
+          ...(patch.conditions === undefined ? {} : { conditions: JSON.stringify(patch.conditions) }),
+          ...(patch.desiredState === undefined ? {} : { desired_state: patch.desiredState }),
+          ...(patch.timeoutMs === undefined ? {} : { timeout_ms: patch.timeoutMs }),
+          ...(patch.expiresAt === undefined ? {} : { expires_at: patch.expiresAt }),
+          // Paused retention counts from the move to paused; any other settled state ends it.
+          ...(patch.state === 'paused' ? { paused_at: updatedAt } : {}),
+          ...(patch.state === 'running' || patch.state === 'stopped' ? { paused_at: null } : {}),
+          ...lifecycleColumns(patch.lifecycle ?? {}),
+          updated_at: updatedAt,
+          version: expectedVersion + 1,
+        })
+        .where('tenant_id', '=', tenantId)
+        .where('id', '=', id)
+        .where('version', '=', expectedVersion)
+        .executeTakeFirst();
+    });
     if (Number(result.numUpdatedRows) !== 1) return null;
-    return this.get(tenantId, id);
+    const after = await this.get(tenantId, id);
+    if (before !== null && after !== null && before.state !== after.state) this.onTransition?.(before, after);
+    return after;
   }
 
   /** Remove the row and its labels. Idempotent. */
   async remove(tenantId: string, id: string): Promise<void> {
+    const before = this.onTransition === null ? null : await this.get(tenantId, id);
     await this.db.transaction().execute(async (trx) => {
       await trx.deleteFrom('sandbox_labels').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
       await trx.deleteFrom('sandboxes').where('tenant_id', '=', tenantId).where('id', '=', id).execute();
     });
+    if (before !== null) this.onTransition?.(before, null);
   }
 
   /** Whether any sandbox of `tenantId` uses template `name`. */

@@ -1,5 +1,6 @@
 import type { Kysely, Selectable } from 'kysely';
 import type { DB, SnapshotsTable } from './database.js';
+import { QuotaStore } from './quota-store.js';
 
 /** What a sandbox made from a snapshot inherits from the snapshot's source. */
 export interface SnapshotSettings {
@@ -26,6 +27,8 @@ export interface SnapshotRecord {
   runtimeVersion: string;
   settings: SnapshotSettings;
   createdAt: string;
+  /** Retention deadline (ISO-8601), or null. @default null */
+  expiresAt?: string | null;
 }
 
 function toRecord(row: Selectable<SnapshotsTable>): SnapshotRecord {
@@ -43,33 +46,42 @@ function toRecord(row: Selectable<SnapshotsTable>): SnapshotRecord {
     runtimeVersion: row.runtime_version,
     settings: JSON.parse(row.settings) as SnapshotSettings,
     createdAt: row.created_at,
+    expiresAt: row.expires_at ?? null,
   };
 }
 
 /** Snapshot rows. Tenant-facing queries filter by tenant. */
 export class SnapshotStore {
-  constructor(private readonly db: Kysely<DB>) {}
+  /** @param quotas checks the tenant's snapshot quota inside the insert. @default one over `db` */
+  constructor(
+    private readonly db: Kysely<DB>,
+    readonly quotas: QuotaStore = new QuotaStore(db),
+  ) {}
 
-  /** @throws when the name is taken (unique index) */
+  /** @throws when the name is taken (unique index); QuotaExceededError at the tenant's snapshot quota */
   async insert(record: SnapshotRecord): Promise<void> {
-    await this.db
-      .insertInto('snapshots')
-      .values({
-        id: record.id,
-        tenant_id: record.tenantId,
-        name: record.name,
-        sandbox_id: record.sandboxId,
-        template: record.template,
-        template_id: record.templateId,
-        memory: record.memory ? 1 : 0,
-        state: record.state,
-        image_size_bytes: record.imageSizeBytes,
-        disk_size_bytes: record.diskSizeBytes,
-        runtime_version: record.runtimeVersion,
-        settings: JSON.stringify(record.settings),
-        created_at: record.createdAt,
-      })
-      .execute();
+    await this.db.transaction().execute(async (trx) => {
+      await this.quotas.guard(trx, record.tenantId, { snapshots: 1 });
+      await trx
+        .insertInto('snapshots')
+        .values({
+          id: record.id,
+          tenant_id: record.tenantId,
+          name: record.name,
+          sandbox_id: record.sandboxId,
+          template: record.template,
+          template_id: record.templateId,
+          memory: record.memory ? 1 : 0,
+          state: record.state,
+          image_size_bytes: record.imageSizeBytes,
+          disk_size_bytes: record.diskSizeBytes,
+          runtime_version: record.runtimeVersion,
+          settings: JSON.stringify(record.settings),
+          created_at: record.createdAt,
+          expires_at: record.expiresAt ?? null,
+        })
+        .execute();
+    });
   }
 
   /** Mark a snapshot durable and record its sizes. */
@@ -121,6 +133,11 @@ export class SnapshotStore {
   /** Every snapshot of every tenant (the reconciler's view). */
   async listAcrossTenants(): Promise<SnapshotRecord[]> {
     return (await this.db.selectFrom('snapshots').selectAll().execute()).map(toRecord);
+  }
+
+  /** Set the retention deadline of snapshot `id` (ISO-8601, or null for none). */
+  async setExpiresAt(id: string, expiresAt: string | null): Promise<void> {
+    await this.db.updateTable('snapshots').set({ expires_at: expiresAt }).where('id', '=', id).execute();
   }
 
   async remove(id: string): Promise<void> {
