@@ -1,22 +1,10 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { testDatabases } from '../testing/test-databases.js';
 import { POOL_TENANT, type PoolClaim, type PoolSpec } from './pool-store.js';
 import type { SandboxRecord } from './sandbox-store.js';
 import { openStore, type Store } from './store.js';
 
-const dialects: Array<[string, () => Promise<{ url: string; cleanup: () => Promise<void> }>]> = [
-  [
-    'sqlite',
-    async () => {
-      const dir = await mkdtemp(join(tmpdir(), 'burrow-pool-store-'));
-      return { url: join(dir, 'test.db'), cleanup: () => rm(dir, { recursive: true, force: true }) };
-    },
-  ],
-];
-const pgUrl = process.env.BURROW_TEST_PG_URL;
-if (pgUrl) dialects.push(['postgres', async () => ({ url: pgUrl, cleanup: async () => undefined })]);
+const dialects = testDatabases('pool_store');
 
 const POOL_SIZE = 5;
 const CALLERS = 40;

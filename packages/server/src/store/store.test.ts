@@ -1,23 +1,11 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { testDatabases } from '../testing/test-databases.js';
 import { encodeCursor } from '../util/cursor.js';
 import type { SandboxRecord } from './sandbox-store.js';
 import { openStore, type Store } from './store.js';
 
-const dialects: Array<[string, () => Promise<{ url: string; cleanup: () => Promise<void> }>]> = [
-  [
-    'sqlite',
-    async () => {
-      const dir = await mkdtemp(join(tmpdir(), 'burrow-store-'));
-      return { url: join(dir, 'test.db'), cleanup: () => rm(dir, { recursive: true, force: true }) };
-    },
-  ],
-];
-const pgUrl = process.env.BURROW_TEST_PG_URL;
-if (pgUrl) dialects.push(['postgres', async () => ({ url: pgUrl, cleanup: async () => undefined })]);
+const dialects = testDatabases('store');
 
 function record(id: string, tenantId: string, createdAt: string, labels: Record<string, string> = {}): SandboxRecord {
   return {
