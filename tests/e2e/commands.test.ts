@@ -217,7 +217,7 @@ describe('exec (per command options, bytes, exit codes)', () => {
     await sandbox.commands.run('rm -f /tmp/kept /tmp/killed');
     const kept = sandbox.commands.stream('sleep 1; touch /tmp/kept');
     const killed = sandbox.commands.stream('sleep 1; touch /tmp/killed', { killOnDisconnect: true });
-    await new Promise((r) => setTimeout(r, 400));
+    await Promise.all([kept.started(), killed.started()]);
     kept.close();
     killed.close();
     await new Promise((r) => setTimeout(r, 2000));

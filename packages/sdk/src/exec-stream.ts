@@ -59,12 +59,18 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
   #iterating = false;
   readonly #onAbort: () => void;
   readonly #signal: AbortSignal | undefined;
+  readonly #started: Promise<void>;
+  #settleStarted: (error?: BurrowError) => void = () => undefined;
 
   /** @internal Use `sandbox.commands.stream()`. */
   constructor(http: HttpClient, sandboxId: string, request: ExecRequest, options: ExecStreamOptions = {}) {
     const url = http.url(`/sandboxes/${encodeURIComponent(sandboxId)}/exec/stream`);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     this.#signal = options.signal;
+    this.#started = new Promise<void>((resolve, reject) => {
+      this.#settleStarted = (error) => (error === undefined ? resolve() : reject(error));
+    });
+    this.#started.catch(() => undefined); // a caller who never asks must not see an unhandled rejection
     this.#onAbort = () =>
       this.#fail(
         new AbortedError('the command stream was aborted', {
@@ -129,7 +135,19 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     this.#sendWhenStarted(JSON.stringify({ type: 'signal', signal } satisfies ExecClientFrame));
   }
 
-  /** Closes the stream without waiting for the exit; the server kills the command. Idempotent. */
+  /**
+   * Settles once the server has started the command (its process exists), so that closing the stream afterwards
+   * leaves it running (unless `killOnDisconnect`). A stream closed before that never starts its command.
+   * @throws the stream's failure (the error frame, a connection error, `AbortedError`) if it failed before starting
+   */
+  started(): Promise<void> {
+    return this.#started;
+  }
+
+  /**
+   * Closes the stream without waiting for the exit. The command keeps running unless the stream was opened with
+   * `killOnDisconnect: true`; a command not started yet is never started. Idempotent.
+   */
   close(): void {
     if (this.#state === 'finished' || this.#state === 'failed') return;
     this.#fail(new AbortedError('the command stream was closed', { code: ClientErrorCode.aborted }));
@@ -183,6 +201,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     switch (frame.data.type) {
       case 'started':
         this.#state = 'started';
+        this.#settleStarted();
         for (const pending of this.#pendingInput.splice(0)) this.#send(pending);
         return;
       case 'exit': {
@@ -213,6 +232,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
 
   #finish(): void {
     this.#state = 'finished';
+    this.#settleStarted();
     this.#release();
     this.#socket.close(1000);
     this.#wakeUp();
@@ -222,6 +242,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     if (this.#state === 'finished' || this.#state === 'failed') return;
     this.#state = 'failed';
     this.#failure = error;
+    this.#settleStarted(error);
     this.#release();
     this.#socket.terminate();
     this.#wakeUp();
