@@ -3,6 +3,7 @@ import type { CliContext } from './cli-context.js';
 import { registerExecCommand } from './commands/exec-command.js';
 import { registerFilesCommands } from './commands/files-commands.js';
 import { registerKeysCommands } from './commands/keys-commands.js';
+import { registerLifecycleCommands } from './commands/lifecycle-commands.js';
 import { registerPersistenceCommands } from './commands/persistence-commands.js';
 import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
@@ -35,6 +36,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerFilesCommands(program, context);
   registerTemplateCommands(program, context);
   registerKeysCommands(program, context);
+  registerLifecycleCommands(program, context);
   registerServerCommands(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
   return program;

@@ -14,6 +14,7 @@ import type { z } from 'zod';
 import type { ConnectionOptions } from './connection-config.js';
 import { ClientErrorCode, errorFromWire, ProtocolError, TemplateBuildError } from './errors.js';
 import { HttpClient, parseBody } from './http-client.js';
+import { Events, Quotas, Webhooks } from './lifecycle.js';
 import { SseParser } from './sse-parser.js';
 
 /** Server health as returned by `GET /v1/health`. */
@@ -220,12 +221,21 @@ export class BurrowClient {
   readonly templates: Templates;
   /** API keys: create, list, revoke. */
   readonly keys: Keys;
+  /** Lifecycle events: list and live stream. */
+  readonly events: Events;
+  /** Webhooks: add, list, remove. */
+  readonly webhooks: Webhooks;
+  /** Tenant quotas: get, set (admin). */
+  readonly quotas: Quotas;
   readonly #http: HttpClient;
 
   constructor(options: ConnectionOptions = {}) {
     this.#http = new HttpClient(options);
     this.templates = new Templates(this.#http);
     this.keys = new Keys(this.#http);
+    this.events = new Events(this.#http);
+    this.webhooks = new Webhooks(this.#http);
+    this.quotas = new Quotas(this.#http);
   }
 
   /** Base URL the client talks to (defaults applied). */

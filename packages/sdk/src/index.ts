@@ -4,12 +4,19 @@ export type {
   CommandInfo,
   CreateApiKeyRequest,
   CreateSandboxRequest,
+  Event,
+  EventType,
   ExitInfo,
+  Expiry,
   FileInfo,
+  Quota,
+  QuotaLimits,
   Sandbox as SandboxInfo,
   SandboxState,
   Snapshot,
   Template,
+  UpdateSandboxRequest,
+  Webhook,
 } from '@burrow/contract';
 export {
   type BuildTemplateOptions,
@@ -47,6 +54,7 @@ export {
   KeyNotFoundError,
   PermissionDeniedError,
   ProtocolError,
+  QuotaExceededError,
   RouteNotFoundError,
   SandboxNotFoundError,
   SandboxNotRunningError,
@@ -57,6 +65,7 @@ export {
   TemplateNotFoundError,
   UnsupportedError,
   UserNotFoundError,
+  WebhookNotFoundError,
 } from './errors.js';
 export { type ExecEvent, type ExecSignal, ExecStream, type ExecStreamOptions } from './exec-stream.js';
 export {
@@ -69,5 +78,15 @@ export {
   type WatchOptions,
   type WriteFileOptions,
 } from './files.js';
+export {
+  type CreatedWebhook,
+  type EventFilter,
+  Events,
+  type ListEventsOptions,
+  Quotas,
+  type StreamEventsOptions,
+  verifyWebhookSignature,
+  Webhooks,
+} from './lifecycle.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';

@@ -5,6 +5,7 @@ import {
   SandboxListSchema,
   SandboxSchema,
   type SandboxState,
+  type UpdateSandboxRequest,
 } from '@burrow/contract';
 import { Commands, Pty } from './commands.js';
 import { type ConnectionOptions, splitConnection } from './connection-config.js';
@@ -160,6 +161,52 @@ export class Sandbox {
       { json: { count: options.count ?? 1 } },
     );
     return response.items.map((info) => new Sandbox(this.#http, info));
+  }
+
+  /**
+   * Sets the TTL to `timeoutMs` from now (it may shorten it: this call names it); other policies stay.
+   * @returns the updated record, with `timeoutAt`, `expiresAt` and `expiry`.
+   * @throws `SandboxNotFoundError`; `InvalidRequestError` outside 1 s to 30 days.
+   * @example
+   * ```ts
+   * await sandbox.setTimeout(30 * 60_000);
+   * ```
+   */
+  async setTimeout(timeoutMs: number | null): Promise<SandboxInfo> {
+    return this.updatePolicies({ timeoutMs });
+  }
+
+  /**
+   * Changes lifecycle policies (`timeoutMs`, `timeoutAction`, `idleTimeoutMs`, `maxAgeMs`, `pausedRetentionMs`,
+   * `snapshotKeepLast`); fields left out stay as they are.
+   * @returns the updated record.
+   * @throws `SandboxNotFoundError`; `InvalidRequestError` for a bad value.
+   * @example
+   * ```ts
+   * await sandbox.updatePolicies({ idleTimeoutMs: 5 * 60_000, pausedRetentionMs: 24 * 3_600_000 });
+   * ```
+   */
+  async updatePolicies(policies: UpdateSandboxRequest): Promise<SandboxInfo> {
+    this.#info = await this.#http.json(SandboxSchema, 'PATCH', `/sandboxes/${encodeURIComponent(this.id)}`, {
+      json: policies,
+    });
+    return this.#info;
+  }
+
+  /**
+   * Counts the sandbox as active now (and for `durationMs` more: a lease against the idle policy) and pushes its
+   * TTL to now + `timeoutMs` unless `extendTimeout: false`. Never shortens anything; does not resume a paused one.
+   * @returns the updated record.
+   * @example
+   * ```ts
+   * await sandbox.keepalive({ durationMs: 60_000 });
+   * ```
+   */
+  async keepalive(options: { durationMs?: number; extendTimeout?: boolean } = {}): Promise<SandboxInfo> {
+    this.#info = await this.#http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/keepalive`, {
+      json: options,
+    });
+    return this.#info;
   }
 
   async #verb(verb: 'pause' | 'resume' | 'stop' | 'start'): Promise<SandboxInfo> {

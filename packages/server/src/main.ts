@@ -12,21 +12,21 @@ import { ActorContext } from './lifecycle/actor-context.js';
 import { hasRunningCommand } from './lifecycle/command-activity-probe.js';
 import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
-import { EventService } from './services/event-service.js';
-import { PolicyService } from './services/policy-service.js';
-import { QuotaService } from './services/quota-service.js';
-import { WebhookDispatcher } from './services/webhook-dispatcher.js';
-import { EventStore } from './store/event-store.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
+import { EventService } from './services/event-service.js';
 import { ExecService } from './services/exec-service.js';
 import { FileService } from './services/file-service.js';
 import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
 import { KeyService } from './services/key-service.js';
+import { PolicyService } from './services/policy-service.js';
+import { QuotaService } from './services/quota-service.js';
 import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
 import { parseWarmPool, WarmPool, type WarmPoolTarget } from './services/warm-pool.js';
+import { WebhookDispatcher } from './services/webhook-dispatcher.js';
+import { EventStore } from './store/event-store.js';
 import { openStore, type Store } from './store/store.js';
 import { type Clock, systemClock } from './util/clock.js';
 import { KeyedMutex } from './util/keyed-mutex.js';
@@ -211,6 +211,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     templates,
     driver,
     activity,
+    events,
     capacity: deps.capacity ?? hostCapacity(config.dataDir),
     snapshots: store.snapshots,
     blobs,

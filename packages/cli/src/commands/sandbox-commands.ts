@@ -13,6 +13,11 @@ interface CreateOptions extends GlobalOptions {
   env?: string[];
   label?: string[];
   timeout?: string;
+  timeoutAction?: string;
+  idleTimeout?: string;
+  maxAge?: string;
+  pausedRetention?: string;
+  keepSnapshots?: string;
   fromSnapshot?: string;
   fsOnly?: boolean;
   autoResume?: boolean;
@@ -46,6 +51,11 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--env <K=V>', 'environment variable for every command (repeatable)', collect)
     .option('--label <K=V>', 'label (repeatable)', collect)
     .option('--timeout <ms>', 'time to live in ms, or "none" (default: 3600000, 1 hour)')
+    .option('--timeout-action <action>', 'what the TTL does: delete, pause or stop (default: delete)')
+    .option('--idle-timeout <ms>', 'pause after this long without activity, ms (default: never)')
+    .option('--max-age <ms>', 'delete this long after creation whatever happens, ms (default: never)')
+    .option('--paused-retention <ms>', 'delete after staying paused this long, ms (default: keep)')
+    .option('--keep-snapshots <n>', 'keep only the newest N snapshots of this sandbox (default: all)')
     .option('--from-snapshot <name>', 'start from this snapshot (name or id), processes and memory included')
     .option('--fs-only', 'with --from-snapshot: boot on its files only, without its processes and memory')
     .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it')
@@ -63,6 +73,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
       if (options.timeout !== undefined) {
         request.timeoutMs = options.timeout === 'none' ? null : parsePositiveInt(options.timeout, '--timeout');
       }
+      Object.assign(request, policyOptions(options));
       if (options.fsOnly === true && options.fromSnapshot === undefined) {
         throw new UsageError('--fs-only needs --from-snapshot', 'pass --from-snapshot NAME');
       }
@@ -131,6 +142,58 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     });
 
   sandbox
+    .command('set-timeout')
+    .description('set the TTL to MS from now ("none" for no TTL); other policies stay; prints the new deadline')
+    .argument('<id>', 'sandbox id')
+    .argument('<ms>', 'time to live from now in ms, or "none"')
+    .option('--json', 'print the sandbox as JSON')
+    .action(async (id: string, ms: string, _options: unknown, command: Command) => {
+      const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
+      const found = await Sandbox.get(id, connectionFor(context, options));
+      const info = await found.setTimeout(ms === 'none' ? null : parsePositiveInt(ms, 'MS'));
+      if (options.json === true) printJson(context, info);
+      else context.stdout.write(`${info.timeoutAt ?? 'never'}\n`);
+    });
+
+  sandbox
+    .command('set-policy')
+    .description('change lifecycle policies; options left out stay as they are ("none" turns one off)')
+    .argument('<id>', 'sandbox id')
+    .option('--timeout-action <action>', 'what the TTL does: delete, pause or stop')
+    .option('--idle-timeout <ms>', 'pause after this long without activity, ms, or "none"')
+    .option('--max-age <ms>', 'delete this long after creation, ms, or "none"')
+    .option('--paused-retention <ms>', 'delete after staying paused this long, ms, or "none"')
+    .option('--keep-snapshots <n>', 'keep only the newest N snapshots, or "none"')
+    .option('--json', 'print the sandbox as JSON')
+    .action(async (id: string, _options: unknown, command: Command) => {
+      const options = command.optsWithGlobals<CreateOptions>();
+      const policies = policyOptions(options);
+      if (Object.keys(policies).length === 0) {
+        throw new UsageError('no policy to change', 'pass at least one of --idle-timeout, --max-age, …');
+      }
+      const found = await Sandbox.get(id, connectionFor(context, options));
+      const info = await found.updatePolicies(policies);
+      if (options.json === true) printJson(context, info);
+      else context.stdout.write(describeSandbox(info));
+    });
+
+  sandbox
+    .command('keepalive')
+    .description('count the sandbox as active (optionally for a lease) and push its TTL to now + timeout')
+    .argument('<id>', 'sandbox id')
+    .option('--for <ms>', 'count it as active for this long, ms (default: just now)')
+    .option('--no-extend', 'leave the TTL as it is')
+    .action(async (id: string, _options: unknown, command: Command) => {
+      const options = command.optsWithGlobals<GlobalOptions & { for?: string; extend?: boolean }>();
+      const found = await Sandbox.get(id, connectionFor(context, options));
+      const info = await found.keepalive({
+        durationMs: options.for === undefined ? 0 : parsePositiveInt(options.for, '--for'),
+        extendTimeout: options.extend !== false,
+      });
+      context.stdout.write(`${info.expiresAt ?? 'never'}\n`);
+    });
+
+  sandbox
     .command('rm')
     .description('delete sandboxes with everything they hold; prints each deleted id')
     .argument('<id...>', 'sandbox ids')
@@ -169,7 +232,10 @@ function describeSandbox(info: SandboxInfo): string {
         .join(', '),
     ],
     ['created', info.createdAt],
-    ['expires', info.expiresAt ?? 'never'],
+    ['expires', info.expiry === null ? 'never' : `${info.expiry.at} (${info.expiry.action}: ${info.expiry.reason})`],
+    ['ttl ends', info.timeoutAt === null ? 'never' : `${info.timeoutAt} (${info.timeoutAction})`],
+    ['idle deadline', info.idleDeadlineAt ?? '-'],
+    ['policies', describePolicies(info)],
     ['desired', info.desiredState],
     ['keeps', info.keeps.memory ? 'files, processes and memory' : 'files only'],
     ['auto-resume', info.autoResume ? 'yes' : 'no'],
@@ -181,4 +247,48 @@ function describeSandbox(info: SandboxInfo): string {
   }
   const width = Math.max(...rows.map(([key]) => key.length));
   return rows.map(([key, value]) => `${`${key}:`.padEnd(width + 2)}${value}\n`).join('');
+}
+
+const ACTIONS = ['delete', 'pause', 'stop'] as const;
+
+/** `--timeout-action`, `--idle-timeout`, `--max-age`, `--paused-retention`, `--keep-snapshots` as request fields. */
+function policyOptions(options: CreateOptions): Partial<CreateSandboxRequest> {
+  const out: Partial<CreateSandboxRequest> = {};
+  const ms = (value: string | undefined, flag: string) =>
+    value === undefined ? undefined : value === 'none' ? null : parsePositiveInt(value, flag);
+  if (options.timeoutAction !== undefined) {
+    const action = options.timeoutAction as (typeof ACTIONS)[number];
+    if (!ACTIONS.includes(action)) {
+      throw new UsageError(`unknown timeout action "${options.timeoutAction}"`, `use one of ${ACTIONS.join(', ')}`);
+    }
+    out.timeoutAction = action;
+  }
+  const idle = ms(options.idleTimeout, '--idle-timeout');
+  if (idle !== undefined) out.idleTimeoutMs = idle;
+  const maxAge = ms(options.maxAge, '--max-age');
+  if (maxAge !== undefined) out.maxAgeMs = maxAge;
+  const retention = ms(options.pausedRetention, '--paused-retention');
+  if (retention !== undefined) out.pausedRetentionMs = retention;
+  if (options.keepSnapshots !== undefined) {
+    out.snapshotKeepLast =
+      options.keepSnapshots === 'none' ? null : parseNonNegativeInt(options.keepSnapshots, '--keep-snapshots');
+  }
+  return out;
+}
+
+function parseNonNegativeInt(value: string, flag: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0)
+    throw new UsageError(`${flag} must be a whole number, got "${value}"`, `pass ${flag} 3`);
+  return n;
+}
+
+function describePolicies(info: SandboxInfo): string {
+  const parts: string[] = [];
+  if (info.timeoutMs !== null) parts.push(`timeout ${info.timeoutMs} ms → ${info.timeoutAction}`);
+  if (info.idleTimeoutMs !== null) parts.push(`idle ${info.idleTimeoutMs} ms → pause`);
+  if (info.maxAgeMs !== null) parts.push(`max age ${info.maxAgeMs} ms`);
+  if (info.pausedRetentionMs !== null) parts.push(`paused retention ${info.pausedRetentionMs} ms`);
+  if (info.snapshotKeepLast !== null) parts.push(`keep ${info.snapshotKeepLast} snapshots`);
+  return parts.length === 0 ? 'none' : parts.join('; ');
 }

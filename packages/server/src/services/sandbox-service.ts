@@ -18,6 +18,7 @@ import { decodeCursor, encodeCursor } from '../util/cursor.js';
 import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { BlobStore } from './blob-store.js';
+import type { EventService } from './event-service.js';
 import type { HostCapacity } from './host-capacity.js';
 import type { Principal } from './key-service.js';
 import { PersistenceService, runtimeFailure } from './persistence-service.js';
@@ -62,6 +63,8 @@ export interface ListSandboxesInput {
 
 /** Dependencies of the sandbox services. */
 export interface SandboxServiceDeps {
+  /** Records `created` for sandboxes claimed from the warm pool (absent: not recorded). */
+  events?: EventService | undefined;
   /** Activity for the idle policy: exec, file and command calls touch it (absent: not tracked). */
   activity?: ActivityTracker | undefined;
   sandboxes: SandboxStore;
@@ -173,7 +176,7 @@ export class SandboxService {
         timeoutMs: input.timeoutMs,
         autoResume: input.autoResume ?? true,
       });
-      if (claimed !== null) return toSandbox(claimed);
+      if (claimed !== null) return this.adoptClaimed(caller, claimed, input);
     }
     await this.checkCapacity(resources);
     const id = newId('sbx');
@@ -397,6 +400,32 @@ export class SandboxService {
     }
     await this.deps.sandboxes.remove(record.tenantId, record.id);
     logger.info('sandbox deleted');
+  }
+
+  /** Give a sandbox claimed from the warm pool the create request's policies, and record its `created` event. */
+  private async adoptClaimed(caller: Principal, claimed: SandboxRecord, input: CreateSandboxInput): Promise<Sandbox> {
+    const lifecycle = {
+      timeoutAction: input.timeoutAction ?? 'delete',
+      idleTimeoutMs: input.idleTimeoutMs ?? null,
+      maxAgeMs: input.maxAgeMs ?? null,
+      pausedRetentionMs: input.pausedRetentionMs ?? null,
+      snapshotKeepLast: input.snapshotKeepLast ?? null,
+    } as const;
+    const updated = await this.deps.sandboxes.update(
+      caller.tenantId,
+      claimed.id,
+      claimed.version,
+      { lifecycle },
+      isoNow(this.deps.clock),
+    );
+    this.deps.events?.recordLater({
+      tenantId: caller.tenantId,
+      type: 'created',
+      sandboxId: claimed.id,
+      message: `sandbox ${claimed.id} created (from the warm pool)`,
+      data: { template: claimed.template, snapshotId: null, warmPool: true },
+    });
+    return toSandboxSeen(updated ?? claimed, this.activityOf(claimed.id));
   }
 
   /** What the activity tracker knows of `id`, for the API view's idle deadline (null: not tracked). */

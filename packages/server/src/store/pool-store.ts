@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { DB } from './database.js';
+import { QuotaStore } from './quota-store.js';
 import type { SandboxRecord, SandboxStore } from './sandbox-store.js';
 
 /**
@@ -80,6 +81,12 @@ export class PoolStore {
     for (const candidate of candidates) {
       const version = Number(candidate.version);
       const won = await this.db.transaction().execute(async (trx) => {
+        // A claimed sandbox counts against the tenant's quotas like a created one (throws QuotaExceededError).
+        await this.sandboxes.quotas.guard(trx, claim.tenantId, {
+          sandboxes: 1,
+          running: 1,
+          diskBytes: QuotaStore.diskBytes(spec.diskMiB),
+        });
         const result = await trx
           .updateTable('sandboxes')
           .set({
