@@ -5,6 +5,7 @@ import {
   type CheckpointInfo,
   type CreateFromSnapshotOptions,
   type CreateOptions,
+  crashPoint,
   type ForkOptions,
   RuntimeError,
   type SnapshotOptions,
@@ -125,12 +126,14 @@ export class GvisorCheckpointer {
     }
     const state = await this.host.runsc.state(sandboxId);
     const imageComplete = (await readdir(location.imageDir).catch(() => [] as string[])).includes('checkpoint.img');
-    if ((state === null || state.status === 'stopped') && imageComplete) {
-      // A crash after the checkpoint succeeded and the sentry was killed: finish the pause.
+    const sentryGone = state === null || state.status === 'stopped' || !(await isAlive(state.pid));
+    if (sentryGone && imageComplete) {
+      // A crash after the checkpoint succeeded and the sentry was killed (runsc still says `paused` for a container
+      // it held still, whatever became of its sentry): finish the pause.
       await this.releaseContainer(sandboxId);
       return this.info(await this.seal(sandboxId, location), location);
     }
-    if (state === null || (state.status !== 'running' && state.status !== 'paused')) {
+    if (state === null || sentryGone || (state.status !== 'running' && state.status !== 'paused')) {
       throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'}; only a running sandbox pauses`);
     }
     if (signal?.aborted) throw abortError(signal);
@@ -153,13 +156,17 @@ export class GvisorCheckpointer {
       await rm(paths.checkpointDir, { recursive: true, force: true });
       throw new RuntimeError(`checkpoint of ${sandboxId} failed; it keeps running`, tail(result.stderr, 10));
     }
+    crashPoint('pause:after-checkpoint');
     // The image is final: hash it while the sentry ends and the disk is released.
     const imageHashes = describeImage(location.imageDir);
     imageHashes.catch(() => undefined);
     // Nothing may run between the checkpoint and the end of the sentry: the disk must match the image.
     await killAndWait(state.pid);
+    crashPoint('pause:after-kill');
     await this.releaseContainer(sandboxId, { wait: false });
-    return this.info(await this.sealAt(sandboxId, location, true, await imageHashes), location);
+    const sealed = await this.sealAt(sandboxId, location, true, await imageHashes);
+    crashPoint('pause:after-seal');
+    return this.info(sealed, location);
   }
 
   async resume(options: CreateOptions): Promise<void> {
@@ -174,7 +181,9 @@ export class GvisorCheckpointer {
     }
     await verifyState(location, { runtime: await this.runtime(), memory: true, sandboxId });
     await this.releaseContainer(sandboxId);
+    crashPoint('resume:before-restore');
     await this.restoreInto(options, location.imageDir);
+    crashPoint('resume:after-restore');
     await rm(paths.checkpointDir, { recursive: true, force: true });
   }
 
@@ -186,7 +195,12 @@ export class GvisorCheckpointer {
     await rm(paths.checkpointDir, { recursive: true, force: true });
   }
 
-  async snapshot(sandboxId: string, options: SnapshotOptions): Promise<CheckpointInfo> {
+  /** @param operation names the crash points passed on the way (`snapshot:after-checkpoint`, `fork:…`) */
+  async snapshot(
+    sandboxId: string,
+    options: SnapshotOptions,
+    operation: 'snapshot' | 'fork' = 'snapshot',
+  ): Promise<CheckpointInfo> {
     const target = snapshotLocation(options.targetDir);
     const paths = this.host.paths(sandboxId);
     await mkdir(options.targetDir, { recursive: true });
@@ -221,6 +235,7 @@ export class GvisorCheckpointer {
             ],
             'checkpoint',
           );
+          crashPoint(`${operation}:after-checkpoint`);
         }
         await flushDisk(paths.rootfs, paths.diskDir);
         await copySparse(paths.image, target.diskPath);
@@ -265,7 +280,7 @@ export class GvisorCheckpointer {
     const pointDir = join(paths.dir, `fork-${tag}`);
     const created: string[] = [];
     try {
-      await this.snapshot(sandboxId, { targetDir: pointDir, memory: true });
+      await this.snapshot(sandboxId, { targetDir: pointDir, memory: true }, 'fork');
       const queue = [...options.children];
       const worker = async (): Promise<void> => {
         for (let child = queue.shift(); child !== undefined; child = queue.shift()) {
@@ -282,9 +297,11 @@ export class GvisorCheckpointer {
             },
             true,
           );
+          crashPoint('fork:after-first-child');
         }
       };
       await Promise.all(Array.from({ length: Math.min(FORK_CONCURRENCY, options.children.length) }, worker));
+      crashPoint('fork:after-children');
     } catch (error) {
       for (const id of created) await this.host.delete(id).catch(() => undefined);
       throw error;
@@ -427,6 +444,15 @@ export class GvisorCheckpointer {
 /** Layout of a snapshot directory: `manifest.json`, `disk.img`, `image/`. */
 export function snapshotLocation(dir: string): StateLocation {
   return { imageDir: join(dir, 'image'), diskPath: join(dir, 'disk.img'), manifestPath: join(dir, 'manifest.json') };
+}
+
+/** Whether a host process exists and has not exited (a zombie has). */
+async function isAlive(pid: number): Promise<boolean> {
+  if (pid <= 0) return false;
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
+  if (stat === null) return false;
+  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  return state !== 'Z' && state !== 'X';
 }
 
 /** SIGKILL a host process and wait until it has exited (a zombie counts: its files are closed). */

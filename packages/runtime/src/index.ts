@@ -1,3 +1,4 @@
+export * from './crash-points.js';
 export * from './driver.js';
 export * from './sandbox-fs.js';
 export * from './sandbox-fs-archive.js';

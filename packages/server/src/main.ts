@@ -1,7 +1,7 @@
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
-import type { RuntimeDriver } from '@burrow/runtime';
+import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
 import { GvisorDriver, type GvisorPlatform } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
 import { CommandService } from './commands/command-service.js';
@@ -65,6 +65,12 @@ export interface Config {
    * for no pool)
    */
   warmPool: WarmPoolTarget[];
+  /**
+   * TEST HOOK for the kill -9 suite: the named crash point (see `crashPoint` in @burrow/runtime) armed by
+   * {@link startServer} after its first reconcile pass; the server SIGKILLs itself when it gets there.
+   * @default null: none (BURROW_TEST_CRASH_AT)
+   */
+  testCrashAt?: string | null;
 }
 
 /** Values that win over the environment (CLI flags). */
@@ -110,6 +116,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     webhookRetryBaseMs:
       overrides.webhookRetryBaseMs ?? intFrom(env.BURROW_WEBHOOK_RETRY_BASE_MS, 'BURROW_WEBHOOK_RETRY_BASE_MS', 1000),
     warmPool: overrides.warmPool ?? parseWarmPool(env.BURROW_WARM_POOL ?? 'base:2'),
+    testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
   };
 }
 
@@ -319,6 +326,8 @@ export async function startServer(
       process.stdout.write(`Created the admin API key (saved to ${key.path}; shown only now):\n${key.secret}\n`);
     }
     await burrow.reconciler.reconcileOnce();
+    // Armed only now: the first pass finishes what a previous crash interrupted, which must not crash again.
+    armCrashPoint(config.testCrashAt ?? null);
     burrow.reconciler.start(config.reconcileIntervalMs);
     burrow.policies.start(config.policyIntervalMs);
     burrow.webhooks.start();

@@ -8,7 +8,13 @@ import type {
   SnapshotList,
 } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
-import { CheckpointRejectedError, type CreateOptions, type RuntimeDriver, UnsupportedError } from '@burrow/runtime';
+import {
+  CheckpointRejectedError,
+  type CreateOptions,
+  crashPoint,
+  type RuntimeDriver,
+  UnsupportedError,
+} from '@burrow/runtime';
 import type { Logger } from 'pino';
 import { expiresAtFor } from '../lifecycle/ttl-policy.js';
 import type { SandboxPatch, SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
@@ -151,9 +157,11 @@ export class PersistenceService {
    */
   async pauseUnderLock(record: SandboxRecord): Promise<SandboxRecord> {
     const pausing = await this.write(record, { state: 'pausing', desiredState: 'paused' });
+    crashPoint('pause:after-pausing-row');
     const startedMs = this.deps.clock.nowMs();
     try {
       const info = await this.deps.driver.pause(record.id);
+      crashPoint('pause:after-runtime');
       this.deps.logger
         .child({ sandboxId: record.id })
         .info({ durationMs: this.deps.clock.nowMs() - startedMs, ...info }, 'sandbox paused');
@@ -177,9 +185,11 @@ export class PersistenceService {
    */
   async resumeUnderLock(record: SandboxRecord): Promise<SandboxRecord> {
     const resuming = await this.write(record, { state: 'resuming', desiredState: 'running' });
+    crashPoint('resume:after-resuming-row');
     const startedMs = this.deps.clock.nowMs();
     try {
       await this.deps.driver.resume(await this.createOptions(resuming));
+      crashPoint('resume:after-runtime');
     } catch (error) {
       const failure = runtimeFailure(`resuming sandbox ${record.id} failed`, error);
       await this.write(
@@ -289,6 +299,7 @@ export class PersistenceService {
     const id = parent.id;
     {
       for (const child of children) await this.deps.sandboxes.insert(child);
+      crashPoint('fork:after-child-rows');
       const startedMs = this.deps.clock.nowMs();
       try {
         const options = await this.createOptions(parent);
@@ -301,8 +312,20 @@ export class PersistenceService {
         for (const child of children) await this.deps.sandboxes.remove(child.tenantId, child.id);
         throw runtimeFailure(`forking sandbox ${id} failed`, error);
       }
-      const items: Sandbox[] = [];
-      for (const child of children) items.push(toSandbox(await this.write(child, { state: 'running' })));
+      crashPoint('fork:after-runtime');
+      // One transaction: a crash leaves every child `creating` (the restart deletes them all) or every child running.
+      const running = await this.deps.sandboxes.updateStates(
+        children.map((c) => ({ tenantId: c.tenantId, id: c.id, expectedVersion: c.version })),
+        'running',
+        isoNow(this.deps.clock),
+      );
+      if (running === null) {
+        throw new ApiError(ErrorCode.conflict, `the children of ${id} changed while they were forked`, {
+          hint: `list them with GET /v1/sandboxes?parentId=${id}`,
+        });
+      }
+      const items: Sandbox[] = running.map(toSandbox);
+      crashPoint('fork:after-rows');
       this.deps.logger
         .child({ sandboxId: id })
         .info({ count: children.length, durationMs: this.deps.clock.nowMs() - startedMs }, 'sandbox forked');

@@ -280,6 +280,57 @@ export class SandboxStore {
     return after;
   }
 
+  /**
+   * Set `state` on several rows in one transaction, each fenced by its version: all rows change or none does.
+   * @returns the updated records in the order given, or null (nothing changed) when any row changed or vanished
+   */
+  async updateStates(
+    rows: ReadonlyArray<{ tenantId: string; id: string; expectedVersion: number }>,
+    state: SandboxState,
+    updatedAt: string,
+  ): Promise<SandboxRecord[] | null> {
+    const fenced = new Error('fenced');
+    const before: SandboxRecord[] = [];
+    if (this.onTransition !== null) {
+      for (const row of rows) {
+        const record = await this.get(row.tenantId, row.id);
+        if (record !== null) before.push(record);
+      }
+    }
+    try {
+      await this.db.transaction().execute(async (trx) => {
+        for (const row of rows) {
+          const result = await trx
+            .updateTable('sandboxes')
+            .set({
+              state,
+              updated_at: updatedAt,
+              version: row.expectedVersion + 1,
+              ...(state === 'paused' ? { paused_at: updatedAt } : {}),
+              ...(state === 'running' || state === 'stopped' ? { paused_at: null } : {}),
+            })
+            .where('tenant_id', '=', row.tenantId)
+            .where('id', '=', row.id)
+            .where('version', '=', row.expectedVersion)
+            .executeTakeFirst();
+          if (Number(result.numUpdatedRows) !== 1) throw fenced;
+        }
+      });
+    } catch (error) {
+      if (error === fenced) return null;
+      throw error;
+    }
+    const updated: SandboxRecord[] = [];
+    for (const row of rows) {
+      const record = await this.get(row.tenantId, row.id);
+      if (record === null) return null;
+      updated.push(record);
+      const previous = before.find((b) => b.id === record.id);
+      if (previous !== undefined && previous.state !== record.state) this.onTransition?.(previous, record);
+    }
+    return updated;
+  }
+
   /** Remove the row and its labels. Idempotent. */
   async remove(tenantId: string, id: string): Promise<void> {
     const before = this.onTransition === null ? null : await this.get(tenantId, id);

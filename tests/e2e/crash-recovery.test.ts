@@ -1,0 +1,298 @@
+/**
+ * End to end, real kill -9: a REAL server process (`burrow server`, real runsc, real SQLite) is started with one
+ * named crash point armed (`BURROW_TEST_CRASH_AT`, see `crashPoint` in @burrow/runtime), asked to pause, resume or
+ * fork, and SIGKILLs itself at that point. It is restarted on the same data dir (armed with the next point) and
+ * must leave the sandbox in its old or new state, never half: files byte-exact, the in-memory counter of a
+ * background server continuing, fork children all there and running or none left, and nothing on the host that no
+ * row owns (containers, mounts, loop devices, cgroups, directories, images).
+ *
+ * One sandbox is reused across all points, and each restart is armed with the next point, to keep this ~3-5 min.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { GvisorDriver } from '@burrow/runtime-gvisor';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from '../../packages/runtime-gvisor/src/host-plumbing.js';
+import { RunscCli } from '../../packages/runtime-gvisor/src/runsc-cli.js';
+import { TEST_TEMPLATES_DIR } from './burrow-test-server.js';
+
+const CLI_BIN = fileURLToPath(new URL('../../packages/cli/dist/bin.js', import.meta.url));
+
+/** A background HTTP server holding a counter in memory; every GET answers the next value. */
+const COUNTER_SERVER =
+  'python3 -c \'import http.server\nn=0\nclass H(http.server.BaseHTTPRequestHandler):\n  def do_GET(s):\n    global n\n    n+=1\n    b=str(n).encode()\n    s.send_response(200); s.send_header("Content-Length",str(len(b))); s.end_headers(); s.wfile.write(b)\n  def log_message(s,*a): pass\nhttp.server.HTTPServer(("127.0.0.1",8080),H).serve_forever()\'';
+const ASK =
+  'python3 -c \'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080", timeout=20).read().decode())\'';
+
+interface ServerProcess {
+  url: string;
+  /** What the server wrote to stderr (warnings and errors), for failure messages. */
+  log: () => string;
+  child: ChildProcess;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+let dataDir = '';
+let adminKey = '';
+let server: ServerProcess | null = null;
+/** The sandbox every point works on, the hash of its data file and the counter value last read. */
+let sandboxId = '';
+let dataSha = '';
+let counter = 0;
+/** The crash point being checked, for failure messages. */
+let step = 'setup';
+
+function startServer(crashAt: string | null): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [CLI_BIN, 'server', '--data-dir', dataDir], {
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      BURROW_TEMPLATES_DIR: TEST_TEMPLATES_DIR,
+      BURROW_PORT: '0',
+      BURROW_WARM_POOL: 'none',
+      BURROW_LOG_LEVEL: process.env.BURROW_TEST_LOG ?? 'warn',
+      BURROW_RECONCILE_INTERVAL_MS: '1000',
+      ...(crashAt === null ? {} : { BURROW_TEST_CRASH_AT: crashAt }),
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
+    child.on('exit', (code, signal) => done({ code, signal })),
+  );
+  return new Promise((ready, fail) => {
+    let stderr = '';
+    const timer = setTimeout(() => fail(new Error(`the server did not start in 90 s:\n${stderr}`)), 90_000);
+    child.stderr?.setEncoding('utf8');
+    child.stderr?.on('data', (chunk: string) => {
+      stderr += chunk;
+      if (process.env.BURROW_TEST_LOG) process.stderr.write(chunk);
+      const url = stderr.match(/listening on (http:\/\/\S+)/)?.[1];
+      if (url) {
+        clearTimeout(timer);
+        ready({ url, child, exited, log: () => stderr.slice(-4000) });
+      }
+    });
+    void exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      fail(new Error(`the server exited (${code ?? signal}) before listening:\n${stderr}`));
+    });
+  });
+}
+
+async function api(
+  method: string,
+  path: string,
+  body?: object,
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  if (server === null) throw new Error('no server');
+  const current = server;
+  const res = await fetch(`${current.url}/v1${path}`, {
+    method,
+    headers: { authorization: `Bearer ${adminKey}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    ...(body ? { body: JSON.stringify(body) } : {}),
+  }).catch((error: unknown) => {
+    throw new Error(
+      `${step}: ${method} ${path} failed (server ${current.child.signalCode ?? 'alive'}):\n${current.log()}`,
+      {
+        cause: error,
+      },
+    );
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
+}
+
+async function exec(id: string, cmd: string): Promise<string> {
+  const res = await api('POST', `/sandboxes/${id}/exec`, { cmd });
+  expect(res.status, `${step}: ${JSON.stringify(res.body)}\n${server?.log()}`).toBe(200);
+  expect(res.body.exitCode, Buffer.from(String(res.body.stderr), 'base64').toString()).toBe(0);
+  return Buffer.from(String(res.body.stdout), 'base64').toString().trim();
+}
+
+/**
+ * Arm `point`'s server, send the request that reaches it, see the server die of SIGKILL there, and restart it on
+ * the same data dir armed with `next` (its first reconcile pass finishes or rolls back what was interrupted).
+ */
+async function crashAt(point: string, request: () => Promise<unknown>, next: string | null): Promise<void> {
+  const current = server;
+  if (current === null) throw new Error('no server');
+  step = point;
+  const answered = await request().then(
+    () => 'answered',
+    () => 'connection lost',
+  );
+  const exit = await Promise.race([
+    current.exited,
+    new Promise<{ code: null; signal: null }>((done) => setTimeout(() => done({ code: null, signal: null }), 120_000)),
+  ]);
+  if (exit.signal === null) current.child.kill('SIGKILL');
+  expect({ point, answered, signal: exit.signal }).toEqual({ point, answered: 'connection lost', signal: 'SIGKILL' });
+  server = await startServer(next);
+}
+
+/** Host resources of every sandbox of this data dir, and the rows; fails on anything no row explains. */
+async function expectNoLeaks(): Promise<void> {
+  const sandboxesDir = join(dataDir, 'sandboxes');
+  const runsc = new RunscCli('runsc', join(dataDir, 'runsc'), 'systrap');
+  const cgroupParent = createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 12);
+  let problems: string[] = [];
+  // A pause drops the dead container's record in the background (this host reaps orphans every ~2 s).
+  for (let attempt = 0; attempt < 40; attempt++) {
+    const listed = await api('GET', '/sandboxes?limit=100');
+    const rows = new Map(
+      (listed.body.items as Array<{ id: string; state: string }>).map((r) => [r.id, r.state] as const),
+    );
+    problems = [];
+    for (const [id, state] of rows) {
+      if (state !== 'running' && state !== 'paused') problems.push(`${id}: row left ${state}`);
+    }
+    for (const id of await runsc.list()) if (rows.get(id) !== 'running') problems.push(`${id}: runsc container`);
+    for (const point of await mountsUnder(sandboxesDir)) {
+      const id = point.slice(sandboxesDir.length + 1).split('/')[0] ?? '';
+      if (rows.get(id) !== 'running') problems.push(`${id}: mount ${point}`);
+    }
+    for (const device of await loopDevicesUnder(sandboxesDir)) {
+      const backing = readFileSync(`/sys/block/${device.slice(5)}/loop/backing_file`, 'utf8');
+      const id = backing.slice(sandboxesDir.length + 1).split('/')[0] ?? '';
+      if (rows.get(id) !== 'running') problems.push(`${id}: loop device ${device}`);
+    }
+    const dirs = await readdir(sandboxesDir).catch(() => [] as string[]);
+    for (const id of dirs) {
+      if (!rows.has(id)) problems.push(`${id}: directory without a row`);
+      const inside = readdirSync(join(sandboxesDir, id));
+      for (const name of inside.filter((n) => n.startsWith('fork-'))) problems.push(`${id}: fork image ${name}`);
+      if (inside.includes('checkpoint') && rows.get(id) !== 'paused')
+        problems.push(`${id}: pause image while not paused`);
+    }
+    for (const id of rows.keys()) {
+      if (!dirs.includes(id)) problems.push(`${id}: row without a directory`);
+      const cgroups = (await findSandboxCgroups('/sys/fs/cgroup', id)).filter((d) => d.includes(cgroupParent));
+      if (rows.get(id) !== 'running' && cgroups.length > 0) problems.push(`${id}: cgroups ${cgroups.join(' ')}`);
+    }
+    if (problems.length === 0) return;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  expect(problems).toEqual([]);
+}
+
+/** The sandbox is `allowed`, its file is byte-exact and its counter continues (exec resumes a paused one). */
+async function expectIntact(allowed: string[], context: string): Promise<void> {
+  const got = await api('GET', `/sandboxes/${sandboxId}`);
+  expect(allowed, `${context}: state ${String(got.body.state)}`).toContain(got.body.state);
+  await expectNoLeaks();
+  expect(await exec(sandboxId, 'sha256sum /root/data.bin | cut -c1-64')).toBe(dataSha);
+  counter += 1;
+  expect({ context, counter: Number(await exec(sandboxId, ASK)) }).toEqual({ context, counter });
+}
+
+beforeAll(async () => {
+  dataDir = mkdtempSync(join(tmpdir(), 'burrow-crash-'));
+  const setup = spawn(process.execPath, [CLI_BIN, 'setup', '--data-dir', dataDir], {
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', BURROW_TEMPLATES_DIR: TEST_TEMPLATES_DIR },
+    stdio: 'ignore',
+  });
+  expect(await new Promise((done) => setup.on('exit', done))).toBe(0);
+  adminKey = readFileSync(join(dataDir, 'admin-key'), 'utf8').trim();
+  server = await startServer(null);
+  const created = await api('POST', '/sandboxes', { memoryMiB: 256, diskMiB: 256 });
+  expect(created.status, JSON.stringify(created.body)).toBe(201);
+  sandboxId = String(created.body.id);
+  dataSha = await exec(
+    sandboxId,
+    'head -c 3000000 /dev/urandom > /root/data.bin && sha256sum /root/data.bin | cut -c1-64',
+  );
+  const started = await api('POST', `/sandboxes/${sandboxId}/commands`, { cmd: COUNTER_SERVER });
+  expect(started.status, JSON.stringify(started.body)).toBe(201);
+  for (let i = 0; i < 100 && counter === 0; i++) {
+    const res = await api('POST', `/sandboxes/${sandboxId}/exec`, { cmd: `${ASK} 2>/dev/null || true` });
+    counter = Number(Buffer.from(String(res.body.stdout), 'base64').toString().trim() || 0);
+    if (counter === 0) await new Promise((r) => setTimeout(r, 100));
+  }
+  expect(counter).toBe(1);
+}, 300_000);
+
+afterAll(async () => {
+  if (server !== null && server.child.exitCode === null && server.child.signalCode === null) {
+    server.child.kill('SIGTERM');
+    await Promise.race([server.exited, new Promise((r) => setTimeout(r, 10_000))]);
+    if (server.child.exitCode === null && server.child.signalCode === null) server.child.kill('SIGKILL');
+  }
+  if (dataDir === '') return;
+  // Whatever a failed assertion left: every sandbox of this data dir, straight through the driver.
+  const driver = new GvisorDriver({ dataDir });
+  for (const id of (await driver.listHostResources()).sandboxIds) await driver.delete(id).catch(() => undefined);
+  rmSync(dataDir, { recursive: true, force: true });
+}, 180_000);
+
+describe('kill -9 of a real server during pause, resume and fork (real runsc)', () => {
+  const pausePoints = [
+    'pause:after-pausing-row',
+    'pause:after-checkpoint',
+    'pause:after-kill',
+    'pause:after-seal',
+    'pause:after-runtime',
+  ];
+  const resumePoints = [
+    'resume:after-resuming-row',
+    'resume:before-restore',
+    'resume:after-restore',
+    'resume:after-runtime',
+  ];
+  const forkPoints = [
+    'fork:after-child-rows',
+    'fork:after-checkpoint',
+    'fork:after-first-child',
+    'fork:after-children',
+    'fork:after-runtime',
+    'fork:after-rows',
+  ];
+  // Within a group each restart is armed with the next point; at a group's end the server restarts unarmed (an
+  // auto-resume by the next group's checks must not hit a resume point).
+  const nextOf = (group: string[], point: string) => group[group.indexOf(point) + 1] ?? null;
+  const restartArmed = async (point: string | null) => {
+    server?.child.kill('SIGTERM');
+    await server?.exited;
+    server = await startServer(point);
+  };
+
+  it('pause: the sandbox ends paused or running, files and memory intact, nothing leaked', async () => {
+    await restartArmed(pausePoints[0] ?? null);
+    for (const point of pausePoints) {
+      await crashAt(point, () => api('POST', `/sandboxes/${sandboxId}/pause`), nextOf(pausePoints, point));
+      await expectIntact(['paused', 'running'], point);
+    }
+  }, 300_000);
+
+  it('resume: the sandbox ends paused or running, files and memory intact, nothing leaked', async () => {
+    await restartArmed(resumePoints[0] ?? null);
+    for (const point of resumePoints) {
+      const paused = await api('POST', `/sandboxes/${sandboxId}/pause`);
+      expect(paused.body.state).toBe('paused');
+      await crashAt(point, () => api('POST', `/sandboxes/${sandboxId}/resume`), nextOf(resumePoints, point));
+      await expectIntact(['paused', 'running'], point);
+    }
+  }, 300_000);
+
+  it('fork: all children exist and run from the parent state, or none is left; the parent is intact', async () => {
+    await restartArmed(forkPoints[0] ?? null);
+    for (const point of forkPoints) {
+      await crashAt(point, () => api('POST', `/sandboxes/${sandboxId}/fork`, { count: 2 }), nextOf(forkPoints, point));
+      const listed = await api('GET', `/sandboxes?parentId=${sandboxId}`);
+      const children = listed.body.items as Array<{ id: string; state: string }>;
+      expect([0, 2], `${point}: ${children.length} children`).toContain(children.length);
+      for (const child of children) {
+        expect({ point, state: child.state }).toEqual({ point, state: 'running' });
+        expect(await exec(child.id, 'sha256sum /root/data.bin | cut -c1-64')).toBe(dataSha);
+        // The counter in the child's memory continues from the parent's at the fork.
+        expect(Number(await exec(child.id, ASK))).toBe(counter + 1);
+      }
+      await expectIntact(['running'], point);
+      for (const child of children) expect((await api('DELETE', `/sandboxes/${child.id}`)).status).toBe(204);
+      await expectNoLeaks();
+    }
+  }, 400_000);
+});
