@@ -5,6 +5,7 @@ import { pino } from 'pino';
 import { type Burrow, createBurrow, loadConfig } from '../../packages/server/src/main.js';
 import { FakeDriver } from '../../packages/server/src/testing/fake-driver.js';
 import { FakeTemplateBuilder } from '../../packages/server/src/testing/fake-template-builder.js';
+import type { Clock } from '../../packages/server/src/util/clock.js';
 
 /** A server over real SQLite in a temp dataDir, with the FAKE driver and builder (fast layer). */
 export interface Harness {
@@ -18,18 +19,26 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-export async function startHarness(options: { bodyLimitBytes?: number } = {}): Promise<Harness> {
+export async function startHarness(
+  options: { bodyLimitBytes?: number; orphanGraceMs?: number; clock?: Clock } = {},
+): Promise<Harness> {
   const dataDir = await mkdtemp(join(tmpdir(), 'burrow-api-'));
   const driver = new FakeDriver(join(dataDir, 'fake-sandboxes'));
   const builder = new FakeTemplateBuilder(join(dataDir, 'fake-templates'));
   const config = loadConfig(
     {},
-    { dataDir, ...(options.bodyLimitBytes === undefined ? {} : { bodyLimitBytes: options.bodyLimitBytes }) },
+    {
+      dataDir,
+      // Orphans are reaped on the first pass here; the grace period has its own tests.
+      orphanGraceMs: options.orphanGraceMs ?? 0,
+      ...(options.bodyLimitBytes === undefined ? {} : { bodyLimitBytes: options.bodyLimitBytes }),
+    },
   );
   const burrow = await createBurrow(config, {
     driver,
     templateBuilder: builder,
     logger: pino({ level: process.env.BURROW_TEST_LOG ?? 'silent' }),
+    ...(options.clock === undefined ? {} : { clock: options.clock }),
     capacity: { cpuCount: () => 2, memoryMiB: () => 4096, freeDiskMiB: async () => 100_000 },
   });
   await burrow.services.templates.ensureBase();

@@ -95,8 +95,8 @@ describe('exec stream (WebSocket)', () => {
 });
 
 describe('reconciler', () => {
-  test('expires, finishes interrupted rows, marks vanished containers, reaps orphans', async () => {
-    const expired = await create({ timeoutMs: 1000 });
+  // Expiry moved to the PolicyEnforcer (lifecycle-api.test.ts); the reconciler repairs, observes and reaps.
+  test('finishes interrupted rows, marks vanished containers, reaps orphans', async () => {
     const vanished = await create();
     const healthy = await create();
     const row = await h.burrow.store.sandboxes.getAcrossTenants(healthy);
@@ -119,19 +119,24 @@ describe('reconciler', () => {
       hostname: 'x',
     });
     await h.driver.vanish(vanished);
-    await new Promise((r) => setTimeout(r, 1100));
     const report = await h.burrow.reconciler.reconcileOnce();
-    expect(report.expired).toEqual([expired]);
     expect(report.finished).toEqual([interrupted]);
     expect(report.markedError).toEqual([vanished]);
+    expect(report.orphansFound).toEqual([orphan]);
     expect(report.orphansReaped).toEqual([orphan]);
     expect(report.failures).toEqual([]);
     const host = (await h.driver.listHostResources()).sandboxIds;
-    for (const gone of [expired, interrupted, orphan]) expect(host).not.toContain(gone);
+    for (const gone of [interrupted, orphan]) expect(host).not.toContain(gone);
     expect(host).toContain(healthy);
-    expect(await h.burrow.store.sandboxes.getAcrossTenants(expired)).toBeNull();
     expect((await h.burrow.store.sandboxes.getAcrossTenants(vanished))?.state).toBe('error');
     const again = await h.burrow.reconciler.reconcileOnce();
-    expect(again).toEqual({ expired: [], finished: [], markedError: [], orphansReaped: [], failures: [] });
+    expect(again).toEqual({
+      expired: [],
+      finished: [],
+      markedError: [],
+      orphansFound: [],
+      orphansReaped: [],
+      failures: [],
+    });
   });
 });

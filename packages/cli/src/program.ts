@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import type { CliContext } from './cli-context.js';
 import { registerExecCommand } from './commands/exec-command.js';
 import { registerFilesCommands } from './commands/files-commands.js';
+import { registerHygieneCommands } from './commands/hygiene-commands.js';
 import { registerKeysCommands } from './commands/keys-commands.js';
 import { registerLifecycleCommands } from './commands/lifecycle-commands.js';
 import { registerPersistenceCommands } from './commands/persistence-commands.js';
@@ -31,6 +32,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
     });
   registerSandboxCommands(program, context);
   registerPersistenceCommands(program, context);
+  registerHygieneCommands(program, context);
   registerExecCommand(program, context);
   registerProcessCommands(program, context);
   registerFilesCommands(program, context);

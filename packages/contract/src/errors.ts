@@ -63,6 +63,8 @@ export const ErrorCode = {
   checkpointRejected: 'checkpoint_rejected',
   /** The runtime lacks the capability this call needs (for example `checkpoint`). */
   unsupported: 'unsupported',
+  /** The sandbox is quarantined: exec, writes, commands, fork, reset and delete need an admin key until it is released. */
+  sandboxQuarantined: 'sandbox_quarantined',
   /** A tenant quota (running, sandboxes, disk bytes, snapshots) would be exceeded; `details` names which. */
   quotaExceeded: 'quota_exceeded',
   /** No webhook with this id exists for the caller's tenant. */
@@ -105,6 +107,7 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   snapshot_exists: 409,
   checkpoint_rejected: 422,
   unsupported: 501,
+  sandbox_quarantined: 409,
   quota_exceeded: 429,
   webhook_not_found: 404,
   internal_error: 500,

@@ -3,6 +3,7 @@ export * from './common.js';
 export * from './errors.js';
 export * from './exec.js';
 export * from './files.js';
+export * from './hygiene.js';
 export * from './keys.js';
 export * from './lifecycle.js';
 export * from './sandbox.js';

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { EnvSchema, InstantSchema, LabelsSchema, NameSchema, SandboxIdSchema, SandboxPathSchema } from './common.js';
+import { QuarantineSchema } from './hygiene.js';
 import { ExpirySchema, PolicyFieldsSchema } from './lifecycle.js';
 
 /** Observed sandbox states (ARCHITECTURE §3). `error` always carries a condition with a reason and is deletable. */
@@ -123,6 +124,8 @@ export const SandboxSchema = z
     keeps: z.object({ filesystem: z.boolean(), memory: z.boolean() }),
     /** Where the sandbox came from: the sandbox it was forked from and the snapshot it was restored from. */
     lineage: z.object({ parentId: SandboxIdSchema.nullable(), snapshotId: z.string().nullable() }),
+    /** Set while the sandbox is quarantined (no exec or writes except by an admin key; policies leave it alone). */
+    quarantine: QuarantineSchema.nullable().optional(),
     createdAt: InstantSchema,
     updatedAt: InstantSchema,
   })

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { chmod, mkdir, open, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, lstat, mkdir, open, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { SandboxIdSchema } from '@burrow/contract';
 import {
@@ -7,9 +7,12 @@ import {
   type CheckpointInfo,
   type CreateFromSnapshotOptions,
   type CreateOptions,
+  type DiskInspection,
   type ExecOptions,
   type ForkOptions,
+  type HostResourceKind,
   type HostResources,
+  type InspectDiskOptions,
   type ObservedSandbox,
   type RuntimeDriver,
   RuntimeError,
@@ -18,6 +21,7 @@ import {
   type SnapshotOptions,
   type SpawnOptions,
 } from '@burrow/runtime';
+import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
   cgroupChildren,
@@ -162,8 +166,24 @@ export class GvisorDriver implements RuntimeDriver {
     return this.checkpointer.createFromSnapshot(options);
   }
 
-  settle(sandboxId: string): Promise<void> {
+  async settle(sandboxId: string): Promise<void> {
+    // A read-only inspection mount a crash left would hold the image while a resume mounts it read-write.
+    await releaseInspectMount(this.paths(sandboxId).dir);
     return this.checkpointer.settle(sandboxId);
+  }
+
+  inspectDisk(sandboxId: string, options: InspectDiskOptions): Promise<DiskInspection> {
+    const paths = this.paths(sandboxId);
+    return stat(paths.image).then(
+      (st) => inspectSandboxDisk(paths, { ...options, limitBytes: st.size }),
+      () => {
+        throw new RuntimeError(`sandbox ${sandboxId} has no disk on this host`);
+      },
+    );
+  }
+
+  async diskUsageBytes(sandboxId: string): Promise<number> {
+    return allocatedBytes(this.paths(sandboxId).dir);
   }
 
   async spawn(sandboxId: string, options: SpawnOptions): Promise<void> {
@@ -308,21 +328,26 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   async listHostResources(): Promise<HostResources> {
-    const ids = new Set<string>();
-    for (const id of await this.runsc.list()) ids.add(id);
+    const kinds = new Map<string, Set<HostResourceKind>>();
+    const add = (id: string | undefined, kind: HostResourceKind): void => {
+      if (!id || !SandboxIdSchema.safeParse(id).success) return;
+      const set = kinds.get(id) ?? new Set<HostResourceKind>();
+      set.add(kind);
+      kinds.set(id, set);
+    };
+    for (const id of await this.runsc.list()) add(id, 'container');
     const sandboxesDir = join(this.dataDir, 'sandboxes');
-    for (const name of await readdir(sandboxesDir).catch(() => [] as string[])) ids.add(name);
+    for (const name of await readdir(sandboxesDir).catch(() => [] as string[])) add(name, 'directory');
     for (const point of await mountsUnder(sandboxesDir)) {
-      const id = point.slice(sandboxesDir.length + 1).split('/')[0];
-      if (id) ids.add(id);
+      add(point.slice(sandboxesDir.length + 1).split('/')[0], 'mount');
     }
     for (const device of await loopDevicesUnder(sandboxesDir)) {
       const backing = await readFile(`/sys/block/${device.slice(5)}/loop/backing_file`, 'utf8').catch(() => '');
-      const id = backing.slice(sandboxesDir.length + 1).split('/')[0];
-      if (id) ids.add(id);
+      add(backing.slice(sandboxesDir.length + 1).split('/')[0], 'loop_device');
     }
-    for (const name of await cgroupChildren(this.cgroupRoot, this.cgroupParent)) ids.add(name);
-    return { sandboxIds: [...ids].filter((id) => SandboxIdSchema.safeParse(id).success).sort() };
+    for (const name of await cgroupChildren(this.cgroupRoot, this.cgroupParent)) add(name, 'cgroup');
+    const sandboxIds = [...kinds.keys()].sort();
+    return { sandboxIds, kinds: Object.fromEntries(sandboxIds.map((id) => [id, [...(kinds.get(id) ?? [])].sort()])) };
   }
 
   /** What of the sandbox is still on the host, one line per resource. */
@@ -463,6 +488,28 @@ export class GvisorDriver implements RuntimeDriver {
       logsDir: join(dir, 'logs'),
     };
   }
+}
+
+/** Allocated bytes of everything beneath `dir` (0 when absent); mount points are not descended into. */
+async function allocatedBytes(dir: string): Promise<number> {
+  const root = await lstat(dir).catch(() => null);
+  if (root === null) return 0;
+  let total = root.blocks * 512;
+  if (!root.isDirectory()) return total;
+  const mounted = new Set(await mountsUnder(dir));
+  const queue = [dir];
+  while (queue.length > 0) {
+    const next = queue.pop() as string;
+    for (const entry of await readdir(next, { withFileTypes: true }).catch(() => [])) {
+      const path = join(next, entry.name);
+      if (mounted.has(path)) continue;
+      const st = await lstat(path).catch(() => null);
+      if (st === null) continue;
+      total += st.blocks * 512;
+      if (st.isDirectory()) queue.push(path);
+    }
+  }
+  return total;
 }
 
 async function fileExists(path: string): Promise<boolean> {

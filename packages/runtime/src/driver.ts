@@ -79,9 +79,53 @@ export interface RuntimeEvent {
   message: string;
 }
 
+/** Kinds of host resource a sandbox can hold, for leak counts. */
+export type HostResourceKind = 'container' | 'mount' | 'loop_device' | 'cgroup' | 'directory';
+
 /** Host resources found by {@link RuntimeDriver.listHostResources}, keyed by sandbox id. */
 export interface HostResources {
   sandboxIds: string[];
+  /** Which kinds each id holds (drivers that can tell); ids absent here count as `directory`. */
+  kinds?: Record<string, HostResourceKind[]>;
+}
+
+/** Options of {@link RuntimeDriver.inspectDisk}. */
+export interface InspectDiskOptions {
+  /** The sandbox's template (the overlay's lower layer) to tell added from modified files. */
+  template: TemplateRef;
+  /** Most changed paths listed; the rest only counted. */
+  maxChanges: number;
+  /** Deepest directory level reported in {@link DiskInspection.directories} (1 = `/root`, 2 = `/root/src`). */
+  maxDepth: number;
+  /** Most directories listed, largest first. */
+  maxDirectories: number;
+}
+
+/** One path the sandbox changed relative to its template. */
+export interface DiskChange {
+  /** Absolute path inside the sandbox. */
+  path: string;
+  /** `added`: not in the template; `modified`: replaces a template entry; `deleted`: a template entry removed. */
+  kind: 'added' | 'modified' | 'deleted';
+  type: 'file' | 'directory' | 'symlink' | 'other';
+  /** Bytes the entry occupies on the sandbox's disk (allocated); 0 for deletions. */
+  sizeBytes: number;
+}
+
+/** What {@link RuntimeDriver.inspectDisk} found, read without changing the sandbox. */
+export interface DiskInspection {
+  /** Bytes the sandbox's writable layer occupies (allocated blocks of everything it wrote). */
+  usedBytes: number;
+  /** Its disk limit, bytes. */
+  limitBytes: number;
+  /** Directories of the writable layer by allocated bytes (their whole subtree), largest first. */
+  directories: Array<{ path: string; bytes: number }>;
+  /** Changes since the template, in path order, at most `maxChanges`. */
+  changes: DiskChange[];
+  /** Counts over every change, listed or not. */
+  counts: { added: number; modified: number; deleted: number };
+  /** True when `changes` was cut at `maxChanges`. */
+  truncated: boolean;
 }
 
 /**
@@ -107,6 +151,14 @@ export interface RuntimeDriver extends PersistenceVerbs {
   delete(sandboxId: string, options?: { signal?: AbortSignal }): Promise<void>;
   /** Ids of every sandbox that has any resource on this host (containers, mounts, cgroups, directories). */
   listHostResources(): Promise<HostResources>;
+  /**
+   * Disk use and changes since the template of a running, paused or stopped sandbox, without changing it: a disk
+   * that is not mounted is mounted read-only (never read-write) for the look and unmounted after. Optional.
+   * @throws RuntimeError when nothing of the sandbox is on the host
+   */
+  inspectDisk?(sandboxId: string, options: InspectDiskOptions): Promise<DiskInspection>;
+  /** Bytes the sandbox occupies on the host disk (allocated: disk image, pause image). Optional; 0 when gone. */
+  diskUsageBytes?(sandboxId: string): Promise<number>;
 }
 
 /** What a checkpoint (pause, fork point, snapshot) wrote. */

@@ -122,6 +122,8 @@ export class UnsupportedError extends BurrowError {}
 export class QuotaExceededError extends BurrowError {}
 /** No webhook with this id exists for the caller's tenant (`webhook_not_found`). */
 export class WebhookNotFoundError extends BurrowError {}
+/** The sandbox is quarantined: exec, writes, commands, fork, reset and delete need an admin key until released. */
+export class SandboxQuarantinedError extends BurrowError {}
 
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
@@ -158,6 +160,7 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   unsupported: UnsupportedError,
   quota_exceeded: QuotaExceededError,
   webhook_not_found: WebhookNotFoundError,
+  sandbox_quarantined: SandboxQuarantinedError,
   internal_error: ServerError,
 };
 

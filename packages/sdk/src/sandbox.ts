@@ -1,7 +1,10 @@
 import {
   type CreateSandboxRequest,
   ForkSandboxResponseSchema,
+  type ResetSandboxRequest,
   type Sandbox as SandboxInfo,
+  type SandboxInspection,
+  SandboxInspectionSchema,
   SandboxListSchema,
   SandboxSchema,
   type SandboxState,
@@ -207,6 +210,68 @@ export class Sandbox {
       json: options,
     });
     return this.#info;
+  }
+
+  /**
+   * Resets the sandbox under the same id, hostname and labels: to a fresh disk and boot of its template, or to a
+   * named snapshot (its processes and memory too unless `memory: false`). Everything written since is discarded.
+   * @throws `SnapshotNotFoundError`; `SandboxQuarantinedError` for a non-admin key on a quarantined sandbox;
+   * `CheckpointRejectedError`; `ServerError` (the sandbox is then `error`: reset again or delete it).
+   * @example
+   * ```ts
+   * await sandbox.reset({ to: 'template' });
+   * await sandbox.reset({ to: 'snapshot', snapshot: 'clean-checkout' });
+   * ```
+   */
+  async reset(request: ResetSandboxRequest = { to: 'template' }): Promise<SandboxInfo> {
+    this.#info = await this.#http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/reset`, {
+      json: request,
+    });
+    return this.#info;
+  }
+
+  /**
+   * Quarantines the sandbox: exec, file writes, commands, fork, reset and delete then need an admin key, and
+   * policies (TTL, idle pause) leave it alone; reads, inspect, pause, stop and snapshots still work.
+   * @param options - `reason`, shown in info (default `quarantined for inspection`).
+   * @example
+   * ```ts
+   * await sandbox.quarantine({ reason: 'agent tried to reach the metadata service' });
+   * ```
+   */
+  async quarantine(options: { reason?: string | undefined } = {}): Promise<SandboxInfo> {
+    this.#info = await this.#http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/quarantine`, {
+      json: options.reason === undefined ? {} : { reason: options.reason },
+    });
+    return this.#info;
+  }
+
+  /**
+   * Releases the sandbox from quarantine. Needs an admin key.
+   * @throws `PermissionDeniedError` for a non-admin key.
+   */
+  async release(): Promise<SandboxInfo> {
+    this.#info = await this.#http.json(
+      SandboxSchema,
+      'POST',
+      `/sandboxes/${encodeURIComponent(this.id)}/quarantine/release`,
+    );
+    return this.#info;
+  }
+
+  /**
+   * Disk used by directory and files changed since the template (added, modified, deleted), read without changing
+   * the sandbox; works on running, paused and stopped sandboxes.
+   * @param options - `limit`: most changes listed (default 1000, max 10000); `depth`: directory levels (default 2).
+   * @example
+   * ```ts
+   * const { disk, changes } = await sandbox.inspect();
+   * ```
+   */
+  async inspect(options: { limit?: number | undefined; depth?: number | undefined } = {}): Promise<SandboxInspection> {
+    return this.#http.json(SandboxInspectionSchema, 'GET', `/sandboxes/${encodeURIComponent(this.id)}/inspect`, {
+      query: { limit: options.limit, depth: options.depth },
+    });
   }
 
   async #verb(verb: 'pause' | 'resume' | 'stop' | 'start'): Promise<SandboxInfo> {

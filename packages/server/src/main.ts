@@ -18,7 +18,9 @@ import { EventService } from './services/event-service.js';
 import { ExecService } from './services/exec-service.js';
 import { FileService } from './services/file-service.js';
 import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
+import { HygieneService } from './services/hygiene-service.js';
 import { KeyService } from './services/key-service.js';
+import { Metrics, type MetricsSources } from './services/metrics.js';
 import { PolicyService } from './services/policy-service.js';
 import { QuotaService } from './services/quota-service.js';
 import { SandboxService } from './services/sandbox-service.js';
@@ -53,6 +55,11 @@ export interface Config {
   bodyLimitBytes: number;
   /** Time between reconcile passes, ms. @default 30_000 (30 s) (BURROW_RECONCILE_INTERVAL_MS) */
   reconcileIntervalMs: number;
+  /**
+   * How long host resources no row owns are left alone before the reconciler reaps them, ms.
+   * @default 60_000 (60 s) (BURROW_ORPHAN_GRACE_MS)
+   */
+  orphanGraceMs: number;
   /** Time between lifecycle policy passes (TTL, idle, max age, retention), ms. @default 1000 (1 s) (BURROW_POLICY_INTERVAL_MS) */
   policyIntervalMs: number;
   /** How long before a deletion by policy its `warning` event comes, ms. @default 300_000 (5 minutes) (BURROW_EXPIRY_WARNING_MS) */
@@ -109,6 +116,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     reconcileIntervalMs:
       overrides.reconcileIntervalMs ??
       intFrom(env.BURROW_RECONCILE_INTERVAL_MS, 'BURROW_RECONCILE_INTERVAL_MS', 30_000),
+    orphanGraceMs: overrides.orphanGraceMs ?? intFrom(env.BURROW_ORPHAN_GRACE_MS, 'BURROW_ORPHAN_GRACE_MS', 60_000),
     policyIntervalMs:
       overrides.policyIntervalMs ?? intFrom(env.BURROW_POLICY_INTERVAL_MS, 'BURROW_POLICY_INTERVAL_MS', 1000),
     expiryWarningMs:
@@ -138,6 +146,8 @@ export interface Burrow {
   store: Store;
   driver: RuntimeDriver;
   reconciler: Reconciler;
+  /** Prometheus metrics of this server (its own registry). */
+  metrics: Metrics;
   /** Lifecycle policy loop (started by {@link startServer}). */
   policies: PolicyEnforcer;
   /** Webhook delivery loop (started by {@link startServer}). */
@@ -176,6 +186,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     'the server stopped during the build; delete the template and build again',
   );
   const mutex = new KeyedMutex();
+  const metrics = new Metrics();
   const activity = new ActivityTracker(clock);
   const actors = new ActorContext();
   const eventStore = new EventStore(store.db);
@@ -225,6 +236,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     mutex,
     clock,
     logger,
+    metrics,
   });
   const services: Services = {
     keys,
@@ -233,6 +245,18 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     exec: new ExecService({ sandboxes, driver, mutex, clock, logger, activity }),
     commands: new CommandService({ sandboxes, driver, mutex, clock, logger }),
     files: new FileService({ sandboxes, driver, mutex }),
+    hygiene: new HygieneService({
+      sandboxes: store.sandboxes,
+      service: sandboxes,
+      templates,
+      blobs,
+      driver,
+      mutex,
+      clock,
+      logger,
+      metrics,
+    }),
+    metrics,
     events,
     policies: new PolicyService({
       sandboxes: store.sandboxes,
@@ -255,7 +279,10 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     mutex,
     clock,
     logger,
+    metrics,
+    orphanGraceMs: config.orphanGraceMs,
   });
+  metrics.setSources(metricsSources(store, driver));
   const policies = new PolicyEnforcer({
     sandboxes: store.sandboxes,
     snapshots: store.snapshots,
@@ -275,6 +302,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   return {
     app,
     services,
+    metrics,
     store,
     driver,
     reconciler,
@@ -290,6 +318,33 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await events.flush();
       await app.close();
       await store.close();
+    },
+  };
+}
+
+/** Scrape-time values of {@link Metrics}: rows by state, quarantined rows, disk bytes per tenant. */
+function metricsSources(store: Store, driver: RuntimeDriver): MetricsSources {
+  return {
+    sandboxesByState: async () => {
+      const counts = new Map<string, number>();
+      for (const row of await store.sandboxes.listAcrossTenants())
+        counts.set(row.state, (counts.get(row.state) ?? 0) + 1);
+      return counts;
+    },
+    quarantinedCount: async () =>
+      (await store.sandboxes.listAcrossTenants()).filter(
+        (row) => row.quarantine !== undefined && row.quarantine !== null,
+      ).length,
+    diskBytesByTenant: async () => {
+      const bytes = new Map<string, number>();
+      const add = (tenant: string, value: number) => bytes.set(tenant, (bytes.get(tenant) ?? 0) + value);
+      for (const row of await store.sandboxes.listAcrossTenants()) {
+        add(row.tenantId, (await driver.diskUsageBytes?.(row.id).catch(() => 0)) ?? 0);
+      }
+      for (const snapshot of await store.snapshots.listAcrossTenants()) {
+        add(snapshot.tenantId, snapshot.imageSizeBytes + snapshot.diskSizeBytes);
+      }
+      return bytes;
     },
   };
 }

@@ -20,6 +20,7 @@ import { newId } from '../util/ids.js';
 import { mapError } from './error-mapping.js';
 import { registerExecStreamRoutes } from './exec-stream-routes.js';
 import { registerFileRoutes } from './file-routes.js';
+import { registerHygieneRoutes, registerMetricsRoute, registerQuarantineGuard } from './hygiene-routes.js';
 import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
@@ -105,6 +106,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     }
     request.principal = await services.keys.authenticate(secret);
   });
+  registerQuarantineGuard(app, services);
 
   app.setErrorHandler((error, request, reply) => {
     const mapped = mapError(error, request.id);
@@ -154,9 +156,11 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerTemplateRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );
+  registerMetricsRoute(app, services);
   // File routes get their own scope: only there is application/octet-stream accepted (streamed, not buffered).
   await app.register(async (scope) => registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services), {
     prefix: '/v1',

@@ -1,18 +1,23 @@
 import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { BlobStore } from '../services/blob-store.js';
+import type { Metrics } from '../services/metrics.js';
 import type { SandboxService } from '../services/sandbox-service.js';
 import type { SandboxStore } from '../store/sandbox-store.js';
 import type { SnapshotStore } from '../store/snapshot-store.js';
 import type { Clock } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
-import { decideSandbox, findOrphans } from './ttl-policy.js';
+import { HostHygiene } from './host-hygiene.js';
+import { isQuarantined } from './quarantine.js';
+import { decideSandbox } from './ttl-policy.js';
 
 /** What one reconcile pass did, for logs and tests. */
 export interface ReconcileReport {
   expired: string[];
   finished: string[];
   markedError: string[];
+  /** Host resources and snapshot blobs no row owns, seen for the first time (reaped after the grace period). */
+  orphansFound: string[];
   orphansReaped: string[];
   failures: Array<{ id: string; message: string }>;
 }
@@ -27,6 +32,9 @@ export interface ReconcilerDeps {
   mutex: KeyedMutex;
   clock: Clock;
   logger: Logger;
+  metrics?: Metrics | undefined;
+  /** Grace before host resources no row owns are reaped, ms. @default 60_000 */
+  orphanGraceMs?: number | undefined;
 }
 
 /**
@@ -38,7 +46,12 @@ export class Reconciler {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<ReconcileReport> | null = null;
 
-  constructor(private readonly deps: ReconcilerDeps) {}
+  /** Orphans, vanished resources, deletion backoff. */
+  private readonly hygiene: HostHygiene;
+
+  constructor(private readonly deps: ReconcilerDeps) {
+    this.hygiene = new HostHygiene(deps);
+  }
 
   /** One pass over every row and every host resource. Concurrent calls share one pass. */
   reconcileOnce(): Promise<ReconcileReport> {
@@ -96,20 +109,16 @@ export class Reconciler {
     }
   }
 
-  /** Remove blobs that no snapshot row owns (a crash between writing the bytes and the row). */
-  private async reapSnapshots(report: ReconcileReport): Promise<void> {
-    const { snapshots, blobs } = this.deps;
-    const owned = new Set((await snapshots.listAcrossTenants()).map((s) => s.id));
-    for (const key of await blobs.keys()) {
-      if (owned.has(key)) continue;
-      await blobs.delete(key).catch(() => undefined);
-      report.orphansReaped.push(key);
-    }
-  }
-
   private async pass(): Promise<ReconcileReport> {
     const { sandboxes, driver, mutex, clock, logger } = this.deps;
-    const report: ReconcileReport = { expired: [], finished: [], markedError: [], orphansReaped: [], failures: [] };
+    const report: ReconcileReport = {
+      expired: [],
+      finished: [],
+      markedError: [],
+      orphansFound: [],
+      orphansReaped: [],
+      failures: [],
+    };
     if (!this.settled) {
       this.settled = true;
       await this.settleAfterStart(report);
@@ -120,13 +129,19 @@ export class Reconciler {
     for (const row of rows) {
       const { action } = decideSandbox(clock.nowMs(), row, { inFlight: mutex.isBusy(row.id) });
       if (action.type === 'none') continue;
+      // Policies never touch a quarantined sandbox; a failed deletion waits out its backoff.
+      if (action.type === 'expire' && isQuarantined(row)) continue;
+      const deletes = action.type === 'expire' || action.type === 'finish-interrupted';
+      if (deletes && !this.hygiene.mayAttempt(row.id)) continue;
       try {
         await mutex.run(row.id, async () => {
           const fresh = await sandboxes.getAcrossTenants(row.id);
           if (fresh === null) return;
           const again = decideSandbox(clock.nowMs(), fresh, { inFlight: false });
+          if (again.action.type === 'expire' && isQuarantined(fresh)) return;
           if (again.action.type === 'expire' || again.action.type === 'finish-interrupted') {
             await this.deps.service.deleteUnderLock(fresh);
+            this.hygiene.succeeded(fresh.id);
             (again.action.type === 'expire' ? report.expired : report.finished).push(fresh.id);
           } else if (again.action.type === 'finish-transition') {
             await this.deps.service.persistence.finishInterrupted(fresh);
@@ -137,26 +152,18 @@ export class Reconciler {
           }
         });
       } catch (error) {
+        if (deletes) this.hygiene.failed(row.id);
         report.failures.push({ id: row.id, message: (error as Error).message });
       }
     }
-    const owned = new Set(rows.map((r) => r.id));
-    for (const id of findOrphans(host.sandboxIds, owned)) {
-      try {
-        await mutex.run(id, async () => {
-          if ((await sandboxes.getAcrossTenants(id)) !== null) return;
-          await driver.delete(id);
-          report.orphansReaped.push(id);
-        });
-      } catch (error) {
-        report.failures.push({ id, message: (error as Error).message });
-      }
-    }
-    await this.reapSnapshots(report);
+    await this.hygiene.reapOrphans(host, rows, report);
+    await this.hygiene.markVanished(host, rows, report);
+    await this.hygiene.reapBlobs(report);
     const acted =
       report.expired.length +
       report.finished.length +
       report.markedError.length +
+      report.orphansFound.length +
       report.orphansReaped.length +
       report.failures.length;
     if (acted > 0) logger.info({ report }, 'reconcile pass acted');

@@ -25,6 +25,7 @@ import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { BlobStore } from './blob-store.js';
 import type { Principal } from './key-service.js';
+import type { Metrics } from './metrics.js';
 import { type SandboxService, toSandbox, withConditions } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 
@@ -39,6 +40,7 @@ export interface PersistenceDeps {
   mutex: KeyedMutex;
   clock: Clock;
   logger: Logger;
+  metrics?: Metrics | undefined;
 }
 
 /** A snapshot row as the API shows it. */
@@ -165,6 +167,7 @@ export class PersistenceService {
       this.deps.logger
         .child({ sandboxId: record.id })
         .info({ durationMs: this.deps.clock.nowMs() - startedMs, ...info }, 'sandbox paused');
+      this.deps.metrics?.observeOperation('pause', this.deps.clock.nowMs() - startedMs);
     } catch (error) {
       const observed = await this.deps.driver.observe(record.id).catch(() => null);
       const state: SandboxState = observed?.status === 'running' ? 'running' : 'error';
@@ -206,6 +209,7 @@ export class PersistenceService {
     this.deps.logger
       .child({ sandboxId: record.id })
       .info({ durationMs: this.deps.clock.nowMs() - startedMs }, 'sandbox resumed');
+    this.deps.metrics?.observeOperation('resume', this.deps.clock.nowMs() - startedMs);
     return this.write(resuming, { state: 'running' });
   }
 
@@ -329,6 +333,7 @@ export class PersistenceService {
       this.deps.logger
         .child({ sandboxId: id })
         .info({ count: children.length, durationMs: this.deps.clock.nowMs() - startedMs }, 'sandbox forked');
+      this.deps.metrics?.observeOperation('fork', this.deps.clock.nowMs() - startedMs);
       return { items };
     }
   }

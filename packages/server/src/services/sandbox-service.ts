@@ -21,6 +21,7 @@ import type { BlobStore } from './blob-store.js';
 import type { EventService } from './event-service.js';
 import type { HostCapacity } from './host-capacity.js';
 import type { Principal } from './key-service.js';
+import type { Metrics } from './metrics.js';
 import { PersistenceService, runtimeFailure } from './persistence-service.js';
 import type { TemplateService } from './template-service.js';
 import type { WarmPool } from './warm-pool.js';
@@ -76,6 +77,8 @@ export interface SandboxServiceDeps {
   mutex: KeyedMutex;
   clock: Clock;
   logger: Logger;
+  /** Latency, create results, cleanup lag (absent: not recorded). */
+  metrics?: Metrics | undefined;
   /** Ready sandboxes a create may claim instead of booting one (absent: every create is cold). */
   pool?: WarmPool | undefined;
 }
@@ -107,6 +110,7 @@ export function toSandboxSeen(
     autoResume: r.autoResume,
     keeps: { filesystem: true, memory: ['running', 'pausing', 'paused', 'resuming'].includes(r.state) },
     lineage: { parentId: r.parentId, snapshotId: r.snapshotId },
+    quarantine: r.quarantine ?? null,
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
   };
@@ -236,9 +240,11 @@ export class SandboxService {
           { template: input.template, durationMs: this.deps.clock.nowMs() - startedMs, resources },
           'sandbox created',
         );
+        this.deps.metrics?.createFinished(id, true, startedMs, this.deps.clock.nowMs());
         return toSandbox(running);
       } catch (error) {
         logger.warn({ err: error }, 'sandbox create failed; removing what it left');
+        this.deps.metrics?.createFinished(id, false, startedMs, this.deps.clock.nowMs());
         await this.deps.driver
           .delete(id)
           .catch((e: unknown) =>
@@ -385,6 +391,9 @@ export class SandboxService {
       if (updated === null)
         throw new ApiError(ErrorCode.conflict, `sandbox ${record.id} changed meanwhile`, { hint: 'retry the delete' });
     }
+    const deleteStartedMs = this.deps.clock.nowMs();
+    // Cleanup lag runs from the delete request: a retried row has been `deleting` since its last update.
+    const requestedMs = record.state === 'deleting' ? Date.parse(record.updatedAt) : deleteStartedMs;
     try {
       await this.deps.driver.delete(record.id);
     } catch (error) {
@@ -399,6 +408,8 @@ export class SandboxService {
       await this.deps.snapshots.remove(snapshot.id);
     }
     await this.deps.sandboxes.remove(record.tenantId, record.id);
+    this.deps.metrics?.observeOperation('delete', this.deps.clock.nowMs() - deleteStartedMs);
+    this.deps.metrics?.deleteVerified(record.id, requestedMs, this.deps.clock.nowMs());
     logger.info('sandbox deleted');
   }
 

@@ -3,7 +3,9 @@ import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
 import type { EventService } from './event-service.js';
 import type { ExecService } from './exec-service.js';
 import type { FileService } from './file-service.js';
+import type { HygieneService } from './hygiene-service.js';
 import type { KeyService } from './key-service.js';
+import type { Metrics } from './metrics.js';
 import type { PolicyService } from './policy-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
@@ -17,6 +19,10 @@ export interface Services {
   commands: CommandService;
   files: FileService;
   templates: TemplateService;
+  /** Reset, quarantine, inspect. */
+  hygiene: HygieneService;
+  /** Prometheus metrics behind `GET /metrics` (absent: the route answers `unsupported`). */
+  metrics?: Metrics | undefined;
   /** Lifecycle events, their live stream and webhooks. */
   events: EventService;
   /** Policy changes and keepalives. */

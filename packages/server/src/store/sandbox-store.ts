@@ -1,5 +1,4 @@
-import type { Condition, DesiredState, SandboxState } from '@burrow/contract';
-import type { TimeoutAction } from '@burrow/contract';
+import type { Condition, DesiredState, Quarantine, SandboxState, TimeoutAction } from '@burrow/contract';
 import type { Kysely, Selectable } from 'kysely';
 import type { PageCursor } from '../util/cursor.js';
 import type { DB, SandboxesTable } from './database.js';
@@ -57,6 +56,8 @@ export interface SandboxRecord {
   autoResume: boolean;
   parentId: string | null;
   snapshotId: string | null;
+  /** Set while quarantined (absent on records built before 0400: not quarantined). */
+  quarantine?: Quarantine | null;
   /** Policies beyond `timeoutMs`; rows read from the store always carry them. @default DEFAULT_LIFECYCLE */
   lifecycle?: SandboxLifecycle;
 }
@@ -77,7 +78,12 @@ export type SandboxPatch = Partial<
   Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState' | 'timeoutMs' | 'expiresAt'>
 > & {
   lifecycle?: Partial<SandboxLifecycle>;
-};
+} & ResetPatch;
+
+/** Fields a quarantine or a reset (to a snapshot of another template or size) changes. */
+export type ResetPatch = Partial<
+  Pick<SandboxRecord, 'quarantine' | 'template' | 'templateId' | 'cpuCount' | 'memoryMiB' | 'diskMiB' | 'snapshotId'>
+>;
 
 /** Columns of {@link SandboxLifecycle} fields. */
 function lifecycleColumns(l: Partial<SandboxLifecycle>): Partial<SandboxesTable> {
@@ -119,6 +125,7 @@ function toRecord(row: Selectable<SandboxesTable>): SandboxRecord {
     autoResume: row.auto_resume === null ? true : Number(row.auto_resume) === 1,
     parentId: row.parent_id,
     snapshotId: row.snapshot_id,
+    quarantine: row.quarantine ? (JSON.parse(row.quarantine) as Quarantine) : null,
     lifecycle: {
       timeoutAction: (row.timeout_action ?? 'delete') as TimeoutAction,
       idleTimeoutMs: num(row.idle_timeout_ms),
@@ -181,6 +188,7 @@ export class SandboxStore {
           auto_resume: record.autoResume ? 1 : 0,
           parent_id: record.parentId,
           snapshot_id: record.snapshotId,
+          quarantine: record.quarantine ? JSON.stringify(record.quarantine) : null,
           ...lifecycleColumns(record.lifecycle ?? DEFAULT_LIFECYCLE),
         })
         .execute();
@@ -260,6 +268,15 @@ export class SandboxStore {
           ...(patch.state === undefined ? {} : { state: patch.state }),
           ...(patch.conditions === undefined ? {} : { conditions: JSON.stringify(patch.conditions) }),
           ...(patch.desiredState === undefined ? {} : { desired_state: patch.desiredState }),
+          ...(patch.quarantine === undefined
+            ? {}
+            : { quarantine: patch.quarantine === null ? null : JSON.stringify(patch.quarantine) }),
+          ...(patch.template === undefined ? {} : { template: patch.template }),
+          ...(patch.templateId === undefined ? {} : { template_id: patch.templateId }),
+          ...(patch.cpuCount === undefined ? {} : { cpu_count: patch.cpuCount }),
+          ...(patch.memoryMiB === undefined ? {} : { memory_mib: patch.memoryMiB }),
+          ...(patch.diskMiB === undefined ? {} : { disk_mib: patch.diskMiB }),
+          ...(patch.snapshotId === undefined ? {} : { snapshot_id: patch.snapshotId }),
           ...(patch.timeoutMs === undefined ? {} : { timeout_ms: patch.timeoutMs }),
           ...(patch.expiresAt === undefined ? {} : { expires_at: patch.expiresAt }),
           // Paused retention counts from the move to paused; any other settled state ends it.

@@ -1,0 +1,175 @@
+import type { HostResourceKind, HostResources, RuntimeDriver } from '@burrow/runtime';
+import type { Logger } from 'pino';
+import type { BlobStore } from '../services/blob-store.js';
+import type { Metrics } from '../services/metrics.js';
+import { withConditions } from '../services/sandbox-service.js';
+import type { SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
+import type { SnapshotStore } from '../store/snapshot-store.js';
+import { type Clock, isoNow } from '../util/clock.js';
+import type { KeyedMutex } from '../util/keyed-mutex.js';
+import { orphansDue, retryDelayMs } from './orphan-policy.js';
+
+/** Default grace before host resources no row owns are reaped, ms (60 s). */
+export const DEFAULT_ORPHAN_GRACE_MS = 60_000;
+
+/** What hygiene did in one pass (merged into the reconciler's report). */
+export interface HygieneReport {
+  /** Unowned ids (sandbox ids, snapshot blob keys) seen for the first time. */
+  orphansFound: string[];
+  /** Unowned ids removed after their grace period. */
+  orphansReaped: string[];
+  /** Rows whose host resources vanished, now `error`. */
+  markedError: string[];
+  failures: Array<{ id: string; message: string }>;
+}
+
+/** Dependencies of {@link HostHygiene}. */
+export interface HostHygieneDeps {
+  sandboxes: SandboxStore;
+  snapshots: SnapshotStore;
+  blobs: BlobStore;
+  driver: RuntimeDriver;
+  mutex: KeyedMutex;
+  clock: Clock;
+  logger: Logger;
+  metrics?: Metrics | undefined;
+  /** Grace before an unowned host resource is reaped, ms. @default 60_000 */
+  orphanGraceMs?: number | undefined;
+}
+
+/**
+ * Host hygiene for the reconciler: reaps host resources and snapshot blobs no row owns (only after they were seen
+ * unowned for the grace period, never while an operation holds the id's lock, re-checked under that lock), marks
+ * paused and stopped rows whose resources vanished as `error`, and paces retried deletions with backoff.
+ *
+ * Why nothing in flight is reaped: every operation that makes host resources for an id (create, fork, reset, a
+ * restore from a snapshot) holds the id's lock from before its row is written until after; rows are removed only
+ * after the driver verified the deletion. A resource without a row is therefore either left by a crash or belongs
+ * to an operation holding the lock; the lock check restarts the grace, and the reap re-reads the row under the lock.
+ */
+export class HostHygiene {
+  private firstSeenMs = new Map<string, number>();
+  private blobFirstSeenMs = new Map<string, number>();
+  private readonly failures = new Map<string, { count: number; nextAtMs: number }>();
+  private readonly graceMs: number;
+
+  constructor(private readonly deps: HostHygieneDeps) {
+    this.graceMs = deps.orphanGraceMs ?? DEFAULT_ORPHAN_GRACE_MS;
+  }
+
+  /** Whether a deletion of `id` may be attempted now (not waiting out a backoff after failures). */
+  mayAttempt(id: string): boolean {
+    const failure = this.failures.get(id);
+    return failure === undefined || this.deps.clock.nowMs() >= failure.nextAtMs;
+  }
+
+  /** Record a failed deletion of `id`: the next attempt waits 1 s, 2 s, 4 s … up to 5 min. */
+  failed(id: string): void {
+    const count = (this.failures.get(id)?.count ?? 0) + 1;
+    this.failures.set(id, { count, nextAtMs: this.deps.clock.nowMs() + retryDelayMs(count) });
+  }
+
+  /** Record a verified deletion of `id`. */
+  succeeded(id: string): void {
+    this.failures.delete(id);
+  }
+
+  /** Reap host resources no row owns once their grace ran out. `rows` must be read after `host`. */
+  async reapOrphans(host: HostResources, rows: readonly SandboxRecord[], report: HygieneReport): Promise<void> {
+    const { sandboxes, driver, mutex, clock, logger, metrics } = this.deps;
+    const owned = new Set(rows.map((r) => r.id));
+    const decision = orphansDue(clock.nowMs(), host.sandboxIds, owned, this.firstSeenMs, this.graceMs, (id) =>
+      mutex.isBusy(id),
+    );
+    this.firstSeenMs = decision.firstSeenMs;
+    const kindsOf = (id: string): HostResourceKind[] => host.kinds?.[id] ?? ['directory'];
+    for (const id of decision.newlySeen) {
+      report.orphansFound.push(id);
+      metrics?.leak('found', kindsOf(id));
+      logger.warn({ sandboxId: id, kinds: kindsOf(id), graceMs: this.graceMs }, 'host resources no row owns');
+    }
+    for (const id of decision.due) {
+      if (!this.mayAttempt(id)) continue;
+      try {
+        await mutex.run(id, async () => {
+          if ((await sandboxes.getAcrossTenants(id)) !== null) return;
+          await driver.delete(id);
+          this.firstSeenMs.delete(id);
+          this.succeeded(id);
+          report.orphansReaped.push(id);
+          metrics?.leak('reaped', kindsOf(id));
+        });
+      } catch (error) {
+        this.failed(id);
+        report.failures.push({ id, message: (error as Error).message });
+      }
+    }
+  }
+
+  /** Reap snapshot blobs no snapshot row owns (a crash between bytes and row) once their grace ran out. */
+  async reapBlobs(report: HygieneReport): Promise<void> {
+    const { snapshots, blobs, clock, metrics } = this.deps;
+    // Keys before rows: a snapshot committed in between has its row by the time rows are read.
+    const keys = await blobs.keys();
+    const owned = new Set((await snapshots.listAcrossTenants()).map((s) => s.id));
+    const decision = orphansDue(clock.nowMs(), keys, owned, this.blobFirstSeenMs, this.graceMs);
+    this.blobFirstSeenMs = decision.firstSeenMs;
+    for (const key of decision.newlySeen) {
+      report.orphansFound.push(key);
+      metrics?.leak('found', ['snapshot_blob']);
+    }
+    const ownedNow =
+      decision.due.length === 0 ? owned : new Set((await snapshots.listAcrossTenants()).map((s) => s.id));
+    for (const key of decision.due) {
+      if (ownedNow.has(key)) continue;
+      await blobs.delete(key).catch(() => undefined);
+      this.blobFirstSeenMs.delete(key);
+      report.orphansReaped.push(key);
+      metrics?.leak('reaped', ['snapshot_blob']);
+    }
+  }
+
+  /**
+   * Paused and stopped rows whose host resources are gone (someone removed the directory, the disk failed) get
+   * state `error` with a `ResourcesMissing` condition saying what to do. `host` must be read before `rows`.
+   */
+  async markVanished(host: HostResources, rows: readonly SandboxRecord[], report: HygieneReport): Promise<void> {
+    const { sandboxes, driver, mutex, clock, logger } = this.deps;
+    const onHost = new Set(host.sandboxIds);
+    for (const row of rows) {
+      if ((row.state !== 'paused' && row.state !== 'stopped') || onHost.has(row.id) || mutex.isBusy(row.id)) continue;
+      try {
+        await mutex.run(row.id, async () => {
+          const fresh = await sandboxes.getAcrossTenants(row.id);
+          if (fresh === null || (fresh.state !== 'paused' && fresh.state !== 'stopped')) return;
+          if ((await driver.observe(fresh.id)).status !== 'missing') return;
+          const at = isoNow(clock);
+          const updated = await sandboxes.update(
+            fresh.tenantId,
+            fresh.id,
+            fresh.version,
+            {
+              state: 'error',
+              conditions: withConditions(fresh.conditions, [
+                {
+                  type: 'Ready',
+                  status: 'false',
+                  reason: 'ResourcesMissing',
+                  message: `the sandbox was ${fresh.state} but its disk and state are gone from the host; delete it (its files cannot be recovered) or reset it to a snapshot`,
+                  at,
+                },
+              ]),
+            },
+            at,
+          );
+          if (updated !== null) {
+            report.markedError.push(fresh.id);
+            logger.warn({ sandboxId: fresh.id, was: fresh.state }, 'sandbox resources vanished from the host');
+          }
+        });
+      } catch (error) {
+        report.failures.push({ id: row.id, message: (error as Error).message });
+      }
+    }
+  }
+}
