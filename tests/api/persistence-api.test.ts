@@ -83,7 +83,7 @@ describe('persistence API over the real GvisorDriver', () => {
     const started = await call('POST', `/sandboxes/${id}/commands`, { cmd: server });
     expect(started.status, JSON.stringify(started.body)).toBe(201);
     const ask =
-      'python3 -c \'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080").read().decode())\'';
+      'python3 -c \'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080", timeout=20).read().decode())\'';
     let first = '';
     for (let i = 0; i < 50 && first === ''; i++) {
       first = (await exec(id, `${ask} 2>/dev/null || true`)).stdout.trim();

@@ -31,13 +31,13 @@ http.server.HTTPServer(('127.0.0.1', 8080), H).serve_forever()
 const ASK = [
   'python3',
   '-c',
-  'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080").read().decode())',
+  // Bounded: a request that hangs fails the test in 20 s instead of waiting out the test's timeout.
+  'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080", timeout=20).read().decode())',
 ];
+/** Exits 0 once something listens on 127.0.0.1:8080 (0x1F90) inside the sandbox. */
+const LISTENING = ['sh', '-c', "grep -q '0100007F:1F90 00000000:0000 0A' /proc/net/tcp"];
 
-// Known flake: about one checkpoint operation in a few hundred under load waits out a 60 s runsc timeout (seen in
-// the tamper and the delete-everything cases). Every case is retried once with room until the root cause is found
-// (issue 3 stays open for it).
-describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { retry: 1, timeout: 300_000 }, () => {
+describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { timeout: 300_000 }, () => {
   let dataDir: string;
   let driver: GvisorDriver;
   let runsc: RunscCli;
@@ -65,12 +65,21 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { ret
     await writeFile(join(driver.rootDir(id), 'root/counter.py'), COUNTER_SERVER);
     // Started from the init's tree: processes descended from an exec end when gVisor restores an image.
     await driver.spawn(id, { argv: ['python3', '/root/counter.py'], env: { PATH: '/usr/bin:/bin' }, cwd: '/root' });
-    for (let i = 0; i < 100; i++) {
-      const run = await runInSandbox(driver, id, ASK);
-      if (run.exitCode === 0) return run.stdout.toString().trim().split(' ').map(Number) as [number, number];
+    // The rare hang of this file under load (issue 3) was this first request: a `runsc exec` of the client that
+    // never got an answer from a counter server still starting (runsc debug log: WaitPID for 228 s, until the
+    // sandbox was deleted); no checkpoint command was involved. So: ask only once the server listens, bound every
+    // request (ASK's timeout), and retry only this first one (which may then count 2).
+    let failures = '';
+    for (let i = 0; i < 300; i++) {
+      if ((await runInSandbox(driver, id, LISTENING)).exitCode === 0) {
+        const run = await runInSandbox(driver, id, ASK);
+        if (run.exitCode === 0) return run.stdout.toString().trim().split(' ').map(Number) as [number, number];
+        failures += run.stderr.toString().slice(-300);
+        if (failures.length > 900) throw new Error(`counter server did not answer: ${failures}`);
+      }
       await new Promise((r) => setTimeout(r, 100));
     }
-    throw new Error('counter server did not start');
+    throw new Error('counter server did not start listening');
   };
   const ask = async (id: string) =>
     (await sh(id, ASK.map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' '))).split(' ').map(Number);
