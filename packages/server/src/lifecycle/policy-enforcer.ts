@@ -13,6 +13,9 @@ import { type ActorContext, SYSTEM_RECONCILER } from './actor-context.js';
 import { deadlinesOf, isPolicyExempt } from './expiry-view.js';
 import { type Deadline, decidePolicyStep, type PolicyStep, snapshotsToExpire } from './lifecycle-policy.js';
 
+/** Longest wait for the background-command probe before an idle pause, ms (then the sandbox counts as busy). */
+const BUSY_PROBE_TIMEOUT_MS = 5000;
+
 /** Reason codes of policy actions, recorded on events and conditions. */
 export const POLICY_REASONS: Record<Deadline['reason'], string> = {
   timeout: 'TimeoutExpired',
@@ -127,6 +130,7 @@ export class PolicyEnforcer {
       const held = this.backoff.get(row.id);
       if (held !== undefined && held.notBeforeMs > clock.nowMs()) continue;
       const { step } = this.decide(row);
+      logger.debug({ sandboxId: row.id, step }, 'policy step');
       if (step.type === 'none') continue;
       if (step.type === 'act' && step.deadline.reason === 'idle' && (await this.busy(row))) {
         this.deps.activity.touch(row.id);
@@ -156,9 +160,20 @@ export class PolicyEnforcer {
     return report;
   }
 
+  /** Whether a background command runs (asked before an idle pause); a probe that fails or hangs counts as busy. */
   private async busy(row: SandboxRecord): Promise<boolean> {
     if (this.deps.busyProbe === undefined) return false;
-    return this.deps.busyProbe(row).catch(() => true);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(true), BUSY_PROBE_TIMEOUT_MS);
+    });
+    try {
+      const busy = await Promise.race([this.deps.busyProbe(row).catch(() => true), timeout]);
+      this.deps.logger.debug({ sandboxId: row.id, busy }, 'idle probe');
+      return busy;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Apply `planned` to sandbox `id` under its lock, if the fresh row still calls for it. */
