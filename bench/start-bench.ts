@@ -62,11 +62,17 @@ export async function benchStart(
 ): Promise<{ rows: StartRow[]; poolHits: number }> {
   const { creates, log } = options;
   const rows: StartRow[] = [];
-  const firstCommand = async (): Promise<Sandbox> => {
+  /** Create, then the first command; the two parts are kept per sample (`split`). */
+  const firstCommand = async (split?: { create: number[]; exec: number[] }): Promise<Sandbox> => {
+    const t0 = performance.now();
     const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: 600_000 });
+    const t1 = performance.now();
     await sandbox.commands.run(['true'], { check: true });
+    split?.create.push(t1 - t0);
+    split?.exec.push(performance.now() - t1);
     return sandbox;
   };
+  const warmSplit = { create: [] as number[], exec: [] as number[] };
 
   // Warm: before each create the pool is full and no refill runs (the wait is outside the timing): the steady state
   // of a server whose create rate is below its refill rate. Deletes run in batches between samples.
@@ -86,7 +92,7 @@ export async function benchStart(
     let sandbox: Sandbox | undefined;
     warm.push(
       await time(async () => {
-        sandbox = await firstCommand();
+        sandbox = await firstCommand(warmSplit);
       }),
     );
     const sb = sandbox as Sandbox;
@@ -141,6 +147,8 @@ export async function benchStart(
       'p50 ≤ 100 ms, p99 ≤ 500 ms (issue 7)',
     ),
   );
+  rows.push(row('warm pool: create (claim) alone', warmSplit.create, null, '—'));
+  rows.push(row('warm pool: first exec `true` alone', warmSplit.exec, null, '—'));
   rows.push(row('time to first command, cold (no pool)', cold, rawFirst, '—'));
   rows.push(...(await coldBreakdown(raw, options.workDir, Math.min(creates, 10), log)));
   return { rows, poolHits };
