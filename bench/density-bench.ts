@@ -185,9 +185,10 @@ export async function benchDensity(
   }
 }
 
+/** Disk blocks under `dir`, KiB; `-x` stays off the sandboxes' mounted overlays (each a whole template tree). */
 async function diskUsedKiB(dir: string): Promise<number> {
   const { execFile } = await import('node:child_process');
   return new Promise((resolve) => {
-    execFile('du', ['-sk', dir], (error, stdout) => resolve(error ? 0 : Number(stdout.split('\t')[0])));
+    execFile('du', ['-skx', dir], (error, stdout) => resolve(error ? 0 : Number(stdout.split('\t')[0])));
   });
 }

@@ -119,6 +119,14 @@ export function renderMarkdown(runs: Runs): string {
       '',
     );
     if (d.failures.length > 0) lines.push('Failures:', '', ...d.failures.map((f) => `- ${f}`), '');
+  } else {
+    lines.push(
+      '## Density',
+      '',
+      'No complete density run yet (`npm run bench -- --density`); the figures of the partial run are in',
+      '[ADR 0004](adr/0004-warm-pool.md).',
+      '',
+    );
   }
   return lines.join('\n');
 }
