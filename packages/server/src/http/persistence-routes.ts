@@ -61,10 +61,19 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
     },
     async (request, reply) => {
       const caller = principalOf(request);
-      const snapshot = await persistence().createSnapshot(caller, request.params.id, request.body);
+      const taken = await persistence().createSnapshot(caller, request.params.id, request.body);
       const retentionMs = request.body.retentionMs;
-      if (retentionMs === undefined) return reply.code(201).send(snapshot);
-      return reply.code(201).send(await services.policies.setSnapshotRetention(caller, snapshot.id, retentionMs));
+      const snapshot =
+        retentionMs === undefined ? taken : await services.policies.setSnapshotRetention(caller, taken.id, retentionMs);
+      await services.events.record({
+        tenantId: caller.tenantId,
+        type: 'snapshot_created',
+        sandboxId: snapshot.sandboxId,
+        snapshotId: snapshot.id,
+        message: `snapshot ${snapshot.name ?? snapshot.id} of ${snapshot.sandboxId} taken`,
+        data: { name: snapshot.name, memory: snapshot.memory, expiresAt: snapshot.expiresAt },
+      });
+      return reply.code(201).send(snapshot);
     },
   );
   app.get(
@@ -102,7 +111,17 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
       },
     },
     async (request, reply) => {
-      await persistence().deleteSnapshot(principalOf(request), request.params.ref);
+      const caller = principalOf(request);
+      const snapshot = await persistence().getSnapshot(caller, request.params.ref);
+      await persistence().deleteSnapshot(caller, request.params.ref);
+      await services.events.record({
+        tenantId: caller.tenantId,
+        type: 'snapshot_deleted',
+        sandboxId: snapshot.sandboxId,
+        snapshotId: snapshot.id,
+        message: `snapshot ${snapshot.name ?? snapshot.id} deleted`,
+        data: { name: snapshot.name },
+      });
       return reply.code(204).send(null);
     },
   );
