@@ -199,16 +199,6 @@ MIGRATIONS['0400_quarantine'] = {
   },
 };
 
-/** Issue 6 part B (hygiene): quarantine. */
-MIGRATIONS['0400_quarantine'] = {
-  async up(db: Kysely<unknown>) {
-    await db.schema.alterTable('sandboxes').addColumn('quarantine', 'text').execute();
-  },
-  async down(db: Kysely<unknown>) {
-    await db.schema.alterTable('sandboxes').dropColumn('quarantine').execute();
-  },
-};
-
 class StaticMigrationProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return MIGRATIONS;
