@@ -22,6 +22,7 @@ import {
   verifyState,
   writeManifest,
 } from './checkpoint-files.js';
+import { AGENT_GUEST_BINARY } from './agent-binary.js';
 import { detachLoopDevices, loopDevicesUnder, mountsUnder, mustRun, unmountAll } from './host-plumbing.js';
 import { abortError, tail } from './run-command.js';
 import type { RunscCli } from './runsc-cli.js';
@@ -59,7 +60,9 @@ export const SPAWN_FIFO = '/dev/.burrow-spawn';
 export const SPAWNER_ARGV = [
   '/bin/sh',
   '-c',
-  `f=${SPAWN_FIFO}; rm -f $f; mkfifo -m 600 $f; while :; do while IFS= read -r line; do ` +
+  // The exec agent (docs/adr/0003) runs from the init too, restarted if it ends.
+  `a=${AGENT_GUEST_BINARY}; if [ -x $a ]; then (while :; do $a; sleep 1; done) </dev/null >/dev/null 2>&1 & fi; ` +
+    `f=${SPAWN_FIFO}; rm -f $f; mkfifo -m 600 $f; while :; do while IFS= read -r line; do ` +
     'setsid /bin/sh -c "$line" </dev/null >/dev/null 2>&1 & done < $f; done',
 ];
 

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmod, lstat, mkdir, open, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import type { Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import { SandboxIdSchema } from '@burrow/contract';
 import {
@@ -21,6 +22,8 @@ import {
   type SnapshotOptions,
   type SpawnOptions,
 } from '@burrow/runtime';
+import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
+import { AgentHub } from './agent-hub.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
@@ -47,6 +50,11 @@ import { startSandboxProcess } from './sandbox-process.js';
 /** Parent of every Burrow instance's cgroups; each instance (data dir) has its own child, see `cgroupParent`. */
 const CGROUP_PARENT = 'burrow';
 
+/** How long after a start or resume a missing agent is still expected to connect, in ms. */
+const AGENT_START_GRACE_MS = 3_000;
+/** How long an exec waits for an agent to find a listener that was just opened (server restart), in ms. */
+const AGENT_RECONNECT_WAIT_MS = 400;
+
 /** Structured logger the driver writes to (pino-compatible subset). */
 export interface DriverLogger {
   info(object: object, message?: string): void;
@@ -70,6 +78,13 @@ export interface GvisorDriverOptions {
   /** Root of the cgroup v1 hierarchies. @default '/sys/fs/cgroup' */
   cgroupRoot?: string;
   logger?: DriverLogger;
+  /**
+   * Run commands through the in-sandbox exec agent (docs/adr/0003); `false` makes every exec a `runsc exec`, as
+   * for sandboxes created without the agent. @default true
+   */
+  execAgent?: boolean;
+  /** Where the compiled agent is cached (content-addressed, shareable between data dirs). @default `${dataDir}/agent-cache` */
+  agentCacheDir?: string;
 }
 
 /** Host paths of one sandbox. */
@@ -83,6 +98,8 @@ export interface SandboxPaths {
   workDir: string;
   rootfs: string;
   logsDir: string;
+  /** The exec agent's binary and host socket, bind-mounted read-only at `/.burrow-agent`. */
+  agentDir: string;
 }
 
 /**
@@ -112,6 +129,13 @@ export class GvisorDriver implements RuntimeDriver {
   private readonly oomKillsSeen = new Map<string, number>();
   /** Sandboxes whose exit was already reported. */
   private readonly exitReported = new Set<string>();
+  /** Host ends of the in-sandbox exec agents. */
+  private readonly agents = new AgentHub();
+  private agentBuildPromise: Promise<AgentBuild> | null = null;
+  /** Sandboxes whose agent did not connect when waited for (exec goes through runsc exec without waiting). */
+  private readonly agentAbsent = new Set<string>();
+  private readonly execAgent: boolean;
+  private readonly agentCacheDir: string;
 
   constructor(options: GvisorDriverOptions) {
     this.dataDir = options.dataDir;
@@ -125,6 +149,8 @@ export class GvisorDriver implements RuntimeDriver {
     this.maxProcesses = options.maxProcesses ?? 1024;
     this.cgroupParent = `${CGROUP_PARENT}/${createHash('sha256').update(resolve(options.dataDir)).digest('hex').slice(0, 12)}`;
     this.logger = options.logger;
+    this.execAgent = options.execAgent ?? true;
+    this.agentCacheDir = options.agentCacheDir ?? join(options.dataDir, 'agent-cache');
     this.checkpointer = new GvisorCheckpointer({
       runsc: this.runsc,
       paths: (id) => this.paths(id),
@@ -143,23 +169,92 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   pause(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<CheckpointInfo> {
-    return this.checkpointer.pause(sandboxId, options.signal);
+    return this.withAgentQuiesced(sandboxId, () => this.checkpointer.pause(sandboxId, options.signal));
   }
 
   resume(options: CreateOptions): Promise<void> {
     return this.checkpointer.resume(options);
   }
 
-  stop(sandboxId: string): Promise<void> {
+  async stop(sandboxId: string): Promise<void> {
+    await this.agents.close(sandboxId);
     return this.checkpointer.stop(sandboxId);
   }
 
   fork(sandboxId: string, options: ForkOptions): Promise<void> {
-    return this.checkpointer.fork(sandboxId, options);
+    return this.withAgentQuiesced(sandboxId, () => this.checkpointer.fork(sandboxId, options));
   }
 
   snapshot(sandboxId: string, options: SnapshotOptions): Promise<CheckpointInfo> {
-    return this.checkpointer.snapshot(sandboxId, options);
+    if (!options.memory) return this.checkpointer.snapshot(sandboxId, options);
+    return this.withAgentQuiesced(sandboxId, () => this.checkpointer.snapshot(sandboxId, options));
+  }
+
+  /**
+   * Run a checkpointing step with the exec agent quiesced (gVisor cannot save an open host socket: the agent drops
+   * them and ends its running commands, as a restore would), then listen again if the sandbox still runs.
+   */
+  private async withAgentQuiesced<T>(sandboxId: string, step: () => Promise<T>): Promise<T> {
+    await this.agents.quiesce(sandboxId);
+    try {
+      return await step();
+    } finally {
+      const state = await this.runsc.state(sandboxId).catch(() => null);
+      if (state?.status === 'running') await this.listenForAgent(sandboxId).catch(() => undefined);
+    }
+  }
+
+  /** Listen for the sandbox's agent (idempotent); false when there is no agent build or the path is too long. */
+  private async listenForAgent(sandboxId: string): Promise<boolean> {
+    if ((await this.agentBuild()).kind !== 'built') return false;
+    return this.agents.listen(sandboxId, this.paths(sandboxId).agentDir);
+  }
+
+  /** The agent build, made once per driver (compiled on first use, cached by source hash under the data dir). */
+  private agentBuild(): Promise<AgentBuild> {
+    if (!this.execAgent) return Promise.resolve({ kind: 'unavailable', reason: 'disabled by the driver options' });
+    if (this.agentBuildPromise === null) {
+      this.agentBuildPromise = buildAgent(this.agentCacheDir).then((build) => {
+        if (build.kind === 'unavailable') {
+          this.logger?.warn({ reason: build.reason }, 'exec agent unavailable; exec uses runsc exec');
+        }
+        return build;
+      });
+    }
+    return this.agentBuildPromise;
+  }
+
+  /**
+   * The agent's control connection for an exec, or null: then exec falls back to `runsc exec` at once (an agent
+   * still connecting after a start or resume is not waited for). After a server restart the listener is opened
+   * here and the agent, which retries every 100 ms, is waited for briefly. A sandbox that never got an agent (made
+   * before it existed) is logged once.
+   */
+  private async agentControl(sandboxId: string): Promise<Socket | null> {
+    const connected = await this.agents.control(sandboxId, 0);
+    if (connected !== null) return connected;
+    const listeningForMs = this.agents.listeningForMs(sandboxId);
+    let control: Socket | null = null;
+    if (listeningForMs === null) {
+      if (!(await this.listenForAgent(sandboxId).catch(() => false))) return null;
+      control = await this.agents.control(sandboxId, AGENT_RECONNECT_WAIT_MS);
+    }
+    if (control === null && (listeningForMs === null || listeningForMs > AGENT_START_GRACE_MS)) {
+      if (!this.agentAbsent.has(sandboxId)) {
+        this.agentAbsent.add(sandboxId);
+        this.logger?.warn({ sandboxId }, 'no exec agent connected; exec uses runsc exec for this sandbox');
+      }
+    }
+    return control;
+  }
+
+  /**
+   * Wait until the sandbox's exec agent is connected (for example before handing a fresh sandbox out, or in
+   * tests). Resolves false after `timeoutMs` or when the sandbox has no agent listener.
+   */
+  async execAgentReady(sandboxId: string, timeoutMs = AGENT_START_GRACE_MS): Promise<boolean> {
+    if (this.agents.listeningForMs(sandboxId) === null) await this.listenForAgent(sandboxId).catch(() => false);
+    return (await this.agents.control(sandboxId, timeoutMs)) !== null;
   }
 
   createFromSnapshot(options: CreateFromSnapshotOptions): Promise<void> {
@@ -241,6 +336,8 @@ export class GvisorDriver implements RuntimeDriver {
   async exec(sandboxId: string, options: ExecOptions): Promise<SandboxProcess> {
     const paths = this.paths(sandboxId);
     if (options.signal?.aborted) throw abortError(options.signal);
+    const control = await this.agentControl(sandboxId);
+    if (control !== null) return this.agents.exec(sandboxId, control, options);
     const tag = randomBytes(6).toString('hex');
     const process = await startSandboxProcess({
       runsc: this.runsc,
@@ -305,6 +402,8 @@ export class GvisorDriver implements RuntimeDriver {
 
   async delete(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<void> {
     if (options.signal?.aborted) throw abortError(options.signal);
+    await this.agents.close(sandboxId);
+    this.agentAbsent.delete(sandboxId);
     const paths = this.paths(sandboxId);
     await this.checkpointer.released(sandboxId);
     // SIGKILL every host process of the sandbox first (sentry, gofer, stubs: all in its pids cgroup): runsc's own
@@ -429,6 +528,7 @@ export class GvisorDriver implements RuntimeDriver {
     await mkdir(paths.logsDir, { recursive: true });
     await mkdir(paths.diskDir, { recursive: true });
     await mkdir(paths.rootfs, { recursive: true });
+    await installAgent(await this.agentBuild(), paths.agentDir);
     if (!(await fileExists(paths.image))) {
       made.push(() => rm(paths.image, { force: true }));
       await createDiskImage(paths.image, options.resources.diskMiB);
@@ -460,7 +560,11 @@ export class GvisorDriver implements RuntimeDriver {
       hostname: options.hostname,
       args: hasTini ? ['/usr/bin/tini', '-s', '--', ...SPAWNER_ARGV] : SPAWNER_ARGV,
       // The sentry-internal tmpfs on /tmp would be invisible to the host: bind the overlay's own /tmp.
-      mounts: [{ source: join(paths.rootfs, 'tmp'), destination: '/tmp', readonly: false }],
+      mounts: [
+        { source: join(paths.rootfs, 'tmp'), destination: '/tmp', readonly: false },
+        // The exec agent and its host socket (docs/adr/0003); read-only: the sandbox can connect, not tamper.
+        { source: paths.agentDir, destination: AGENT_GUEST_DIR, readonly: true },
+      ],
       limits: {
         cgroupsPath: `/${this.cgroupParent}/${sandboxId}`,
         memoryMiB: options.resources.memoryMiB,
@@ -470,6 +574,9 @@ export class GvisorDriver implements RuntimeDriver {
       },
     });
     await writeFile(join(paths.dir, 'config.json'), `${JSON.stringify(spec, null, 2)}\n`);
+    // Listen before the container starts, so the agent's first connect succeeds.
+    this.agentAbsent.delete(sandboxId);
+    if (await this.listenForAgent(sandboxId).catch(() => false)) made.push(() => this.agents.close(sandboxId));
   }
 
   /** Host paths of the sandbox's files. @throws RuntimeError for a malformed id */
@@ -486,6 +593,7 @@ export class GvisorDriver implements RuntimeDriver {
       workDir: join(diskDir, 'work'),
       rootfs: join(dir, 'rootfs'),
       logsDir: join(dir, 'logs'),
+      agentDir: join(dir, 'agent'),
     };
   }
 }

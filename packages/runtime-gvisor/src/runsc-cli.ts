@@ -29,6 +29,8 @@ export class RunscCli {
       '--network=none',
       '--overlay2=none',
       '--file-access=shared',
+      // The exec agent inside connects to its host socket (docs/adr/0003); it opens no other host socket.
+      '--host-uds=open',
       ...extra,
     ];
   }

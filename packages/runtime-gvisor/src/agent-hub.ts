@@ -1,0 +1,383 @@
+import { randomBytes } from 'node:crypto';
+import { rm } from 'node:fs/promises';
+import { createServer, type Server, type Socket } from 'node:net';
+import { constants as osConstants } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough, Writable } from 'node:stream';
+import { finished } from 'node:stream/promises';
+import { type ProcessExit, RuntimeError, type SandboxProcess } from '@burrow/runtime';
+import { MAX_SOCKET_PATH_BYTES } from './agent-binary.js';
+
+/** Protocol the agent announces in its hello frame. */
+const AGENT_PROTOCOL = 'burrow-agent 1';
+/** Largest frame accepted from a sandbox (the agent sends at most 256 KiB of output per frame). */
+const MAX_FRAME_BYTES = 1024 * 1024;
+/** How long a start waits for the agent's data connection and first answer, in ms. */
+const START_TIMEOUT_MS = 10_000;
+/** How long a quiesce waits for the agent to drop its host sockets, in ms. */
+const QUIESCE_TIMEOUT_MS = 5_000;
+/** Keep the agent's frames flowing while the consumer holds less than this much output, in bytes. */
+const OUTPUT_HIGH_WATER_BYTES = 1024 * 1024;
+
+/** A frame from or to the agent: `[type u8][length u32 BE][payload]`. */
+interface Frame {
+  type: string;
+  payload: Buffer;
+}
+
+/** Options of {@link AgentHub.exec}. */
+export interface AgentExecOptions {
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  user?: { uid: number; gid: number } | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+/** One sandbox's listener and its agent's control connection. */
+interface AgentEndpoint {
+  sandboxId: string;
+  server: Server;
+  socketPath: string;
+  /** When listening began (ms since the epoch). */
+  listenedAtMs: number;
+  control: Socket | null;
+  /** Resolvers waiting for the control connection. */
+  waiters: Array<(control: Socket | null) => void>;
+  /** Data connections announced by the agent, by exec id. */
+  pending: Map<string, (socket: Socket, first: FrameReader) => void>;
+  /** Open data connections (ended on quiesce). */
+  sockets: Set<Socket>;
+}
+
+/** Reads frames from a socket; stops (and reports an error) on a frame above {@link MAX_FRAME_BYTES}. */
+class FrameReader {
+  private buffer: Buffer = Buffer.alloc(0);
+  onFrame: ((frame: Frame) => void) | null = null;
+
+  constructor(private readonly onBad: (reason: string) => void) {}
+
+  push(chunk: Buffer): void {
+    this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
+    while (this.buffer.length >= 5 && this.onFrame !== null) {
+      const length = this.buffer.readUInt32BE(1);
+      if (length > MAX_FRAME_BYTES) {
+        this.onBad(`frame of ${length} bytes`);
+        this.buffer = Buffer.alloc(0);
+        return;
+      }
+      if (this.buffer.length < 5 + length) return;
+      const frame = { type: String.fromCharCode(this.buffer[0] ?? 0), payload: this.buffer.subarray(5, 5 + length) };
+      this.buffer = this.buffer.subarray(5 + length);
+      this.onFrame(frame);
+    }
+  }
+}
+
+function encodeFrame(type: string, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const header = Buffer.alloc(5);
+  header.write(type, 0, 'latin1');
+  header.writeUInt32BE(payload.length, 1);
+  return Buffer.concat([header, payload]);
+}
+
+/**
+ * Host end of the in-sandbox exec agents (`agent/burrow-agent.c`, docs/adr/0003-exec-agent.md). Each running
+ * sandbox gets a Unix socket `<sandbox dir>/agent/agent.sock`, visible inside at `/.burrow-agent/agent.sock`
+ * (runsc `--host-uds=open`); its agent keeps one control connection and opens one data connection per command.
+ * Everything read from a sandbox is untrusted: frame sizes are bounded and unknown frames end the connection.
+ */
+export class AgentHub {
+  private readonly endpoints = new Map<string, AgentEndpoint>();
+
+  /** Start listening for a sandbox's agent (idempotent). Returns false when the socket path is too long. */
+  async listen(sandboxId: string, agentDir: string): Promise<boolean> {
+    if (this.endpoints.has(sandboxId)) return true;
+    const socketPath = join(agentDir, 'agent.sock');
+    if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH_BYTES) return false;
+    await rm(socketPath, { force: true });
+    const endpoint: AgentEndpoint = {
+      sandboxId,
+      server: createServer((socket) => this.accept(endpoint, socket)),
+      socketPath,
+      listenedAtMs: Date.now(),
+      control: null,
+      waiters: [],
+      pending: new Map(),
+      sockets: new Set(),
+    };
+    this.endpoints.set(sandboxId, endpoint);
+    await new Promise<void>((resolve, reject) => {
+      endpoint.server.once('error', reject);
+      endpoint.server.listen(socketPath, () => {
+        endpoint.server.off('error', reject);
+        resolve();
+      });
+    }).catch((error: unknown) => {
+      this.endpoints.delete(sandboxId);
+      throw error;
+    });
+    endpoint.server.on('error', () => undefined);
+    return true;
+  }
+
+  /** How long the sandbox's listener has been open in ms, or null when there is none. */
+  listeningForMs(sandboxId: string): number | null {
+    const endpoint = this.endpoints.get(sandboxId);
+    return endpoint ? Date.now() - endpoint.listenedAtMs : null;
+  }
+
+  /** The agent's control connection, waiting at most `waitMs` for it; null when none came. */
+  async control(sandboxId: string, waitMs: number): Promise<Socket | null> {
+    const endpoint = this.endpoints.get(sandboxId);
+    if (!endpoint) return null;
+    if (endpoint.control !== null || waitMs <= 0) return endpoint.control;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        endpoint.waiters = endpoint.waiters.filter((waiter) => waiter !== done);
+        resolve(endpoint.control);
+      }, waitMs);
+      const done = (control: Socket | null): void => {
+        clearTimeout(timer);
+        resolve(control);
+      };
+      endpoint.waiters.push(done);
+    });
+  }
+
+  /**
+   * Make the agent drop every host socket (it SIGKILLs running commands' groups first) and stop listening, so a
+   * checkpoint finds no host socket in the sandbox. Resolves when the agent confirmed or closed, or after a bound.
+   */
+  async quiesce(sandboxId: string): Promise<void> {
+    const endpoint = this.endpoints.get(sandboxId);
+    if (!endpoint) return;
+    this.endpoints.delete(sandboxId);
+    // No new connections; close()'s callback would wait for the open ones, which the agent is about to drop.
+    endpoint.server.close();
+    const control = endpoint.control;
+    if (control !== null && !control.destroyed) {
+      const closed = new Promise<void>((resolve) => {
+        control.once('close', () => resolve());
+        setTimeout(resolve, QUIESCE_TIMEOUT_MS).unref();
+      });
+      control.write(encodeFrame('Q'));
+      await closed;
+      control.destroy();
+    }
+    for (const socket of endpoint.sockets) socket.destroy();
+    for (const waiter of endpoint.waiters) waiter(null);
+    await rm(endpoint.socketPath, { force: true });
+  }
+
+  /** Stop listening and drop connections without asking the agent (the sandbox is going away). */
+  async close(sandboxId: string): Promise<void> {
+    const endpoint = this.endpoints.get(sandboxId);
+    if (!endpoint) return;
+    this.endpoints.delete(sandboxId);
+    endpoint.control?.destroy();
+    for (const socket of endpoint.sockets) socket.destroy();
+    for (const waiter of endpoint.waiters) waiter(null);
+    endpoint.server.close();
+    await rm(endpoint.socketPath, { force: true });
+  }
+
+  /** Stop every listener (driver shutdown). */
+  async closeAll(): Promise<void> {
+    for (const id of [...this.endpoints.keys()]) await this.close(id);
+  }
+
+  private accept(endpoint: AgentEndpoint, socket: Socket): void {
+    const reader = new FrameReader(() => socket.destroy());
+    const onData = (chunk: Buffer): void => reader.push(chunk);
+    socket.on('data', onData);
+    socket.on('error', () => undefined);
+    reader.onFrame = (frame) => {
+      if (frame.type === 'A' && frame.payload.toString('latin1') === AGENT_PROTOCOL) {
+        reader.onFrame = (next) => {
+          if (next.type !== 'q') socket.destroy();
+        };
+        endpoint.control?.destroy();
+        endpoint.control = socket;
+        socket.on('close', () => {
+          if (endpoint.control === socket) endpoint.control = null;
+        });
+        for (const waiter of endpoint.waiters.splice(0)) waiter(socket);
+        return;
+      }
+      const id = frame.payload.toString('latin1');
+      const claim = frame.type === 'H' ? endpoint.pending.get(id) : undefined;
+      if (!claim) {
+        socket.destroy();
+        return;
+      }
+      endpoint.pending.delete(id);
+      endpoint.sockets.add(socket);
+      socket.on('close', () => endpoint.sockets.delete(socket));
+      // The reader keeps buffering (its 'data' listener stays) until the process wiring takes the frames.
+      reader.onFrame = null;
+      claim(socket, reader);
+    };
+  }
+
+  /**
+   * Start a command through the sandbox's agent. Resolves once it runs (its pid is known). A program that is not
+   * there resolves as a process that exited with 127 (126 when it cannot be executed), like a shell.
+   * @throws RuntimeError when the agent is not connected, the working directory is missing (`invalid_request`)
+   * or the user cannot be set
+   */
+  async exec(sandboxId: string, control: Socket, options: AgentExecOptions): Promise<SandboxProcess> {
+    const endpoint = this.endpoints.get(sandboxId);
+    if (!endpoint) throw new RuntimeError(`no exec agent listener for ${sandboxId}`);
+    const id = randomBytes(8).toString('hex');
+    const fields = [
+      id,
+      options.cwd,
+      options.user === undefined ? '' : String(options.user.uid),
+      options.user === undefined ? '' : String(options.user.gid),
+      String(options.argv.length),
+      ...options.argv,
+      ...Object.entries(options.env).map(([key, value]) => `${key}=${value}`),
+    ];
+    if (fields.some((field) => field.includes('\0'))) {
+      throw new RuntimeError('argv, env, cwd may not contain NUL bytes', undefined, { code: 'invalid_request' });
+    }
+    const connected = new Promise<{ socket: Socket; reader: FrameReader }>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        endpoint.pending.delete(id);
+        reject(
+          new RuntimeError(`the exec agent of ${sandboxId} did not start the command within ${START_TIMEOUT_MS} ms`),
+        );
+      }, START_TIMEOUT_MS);
+      endpoint.pending.set(id, (socket, reader) => {
+        clearTimeout(timer);
+        resolve({ socket, reader });
+      });
+    });
+    control.write(encodeFrame('E', Buffer.from(`${fields.join('\0')}\0`)));
+    const { socket, reader } = await connected;
+    return startedProcess(socket, reader, options);
+  }
+}
+
+/** Wire a data connection into a {@link SandboxProcess} once its first frame ('P' or 'F') arrived. */
+function startedProcess(socket: Socket, reader: FrameReader, options: AgentExecOptions): Promise<SandboxProcess> {
+  const stdout = new PassThrough({ highWaterMark: OUTPUT_HIGH_WATER_BYTES });
+  const stderr = new PassThrough({ highWaterMark: OUTPUT_HIGH_WATER_BYTES });
+  let settle!: (exit: ProcessExit) => void;
+  const exitFrame = new Promise<ProcessExit>((resolve) => {
+    settle = resolve;
+  });
+  let ended = false;
+  const end = (exit: ProcessExit): void => {
+    if (ended) return;
+    ended = true;
+    stdout.end();
+    stderr.end();
+    settle(exit);
+  };
+  const exited = exitFrame.then(async (exit) => {
+    // A stream nobody ever read is drained, so an unread stderr cannot hold the exit forever.
+    for (const stream of [stdout, stderr]) if (stream.readableFlowing === null) stream.resume();
+    await Promise.all([finished(stdout), finished(stderr)]).catch(() => undefined);
+    return exit;
+  });
+  const stdin = new Writable({
+    highWaterMark: 256 * 1024,
+    write(chunk: Buffer, _encoding, callback) {
+      if (ended || socket.destroyed) return callback();
+      if (socket.write(encodeFrame('I', chunk))) callback();
+      else socket.once('drain', () => callback());
+    },
+    final(callback) {
+      if (!ended && !socket.destroyed) socket.write(encodeFrame('C'));
+      callback();
+    },
+  });
+  stdin.on('error', () => undefined);
+  const kill = async (signal: NodeJS.Signals): Promise<void> => {
+    if (ended || socket.destroyed) return;
+    const number = osConstants.signals[signal];
+    socket.write(encodeFrame('S', Buffer.from([number])));
+  };
+  const paused = new Set<PassThrough>();
+  const resumeWhenDrained = (stream: PassThrough): void => {
+    if (paused.has(stream)) return;
+    paused.add(stream);
+    socket.pause();
+    stream.once('drain', () => {
+      paused.delete(stream);
+      if (paused.size === 0) socket.resume();
+    });
+  };
+  return new Promise((resolve, reject) => {
+    let started = false;
+    const process: SandboxProcess = { stdin, stdout, stderr, kill, exited };
+    reader.onFrame = (frame) => {
+      if (!started) {
+        started = true;
+        if (frame.type === 'P') {
+          resolve(process);
+          return;
+        }
+        if (frame.type === 'F' && frame.payload.length === 5) {
+          const stage = frame.payload[0];
+          const errno = frame.payload.readUInt32BE(1);
+          socket.destroy();
+          if (stage === 3) {
+            // Like a shell: 127 for a program that is not there, 126 for one that cannot be executed.
+            const missing = errno === osConstants.errno.ENOENT || errno === osConstants.errno.ENOTDIR;
+            stderr.write(`${options.argv[0]}: ${missing ? 'command not found' : 'permission denied'}\n`);
+            end({ exitCode: missing ? 127 : 126, signal: null });
+            resolve(process);
+          } else if (stage === 1) {
+            reject(
+              new RuntimeError(`the working directory ${options.cwd} does not exist in the sandbox`, `errno ${errno}`, {
+                code: 'invalid_request',
+              }),
+            );
+          } else {
+            reject(new RuntimeError(`the exec agent could not start the command (stage ${stage}, errno ${errno})`));
+          }
+          return;
+        }
+        socket.destroy();
+        reject(new RuntimeError(`unexpected first frame from the exec agent: ${frame.type}`));
+        return;
+      }
+      if (frame.type === 'O') {
+        if (!stdout.write(frame.payload)) resumeWhenDrained(stdout);
+      } else if (frame.type === 'R') {
+        if (!stderr.write(frame.payload)) resumeWhenDrained(stderr);
+      } else if (frame.type === 'X' && frame.payload.length === 4) {
+        end(decodeWaitStatus(frame.payload.readUInt32BE(0)));
+        socket.end();
+      } else {
+        socket.destroy();
+      }
+    };
+    // Frames that arrived together with (or since) the hello are buffered in the reader.
+    reader.push(Buffer.alloc(0));
+    socket.on('close', () => {
+      if (!started) reject(new RuntimeError('the exec agent closed the connection before the command started'));
+      // Closed without an exit status: the sandbox was paused (the agent SIGKILLs its commands) or the agent died.
+      end({ exitCode: null, signal: 'SIGKILL' });
+    });
+    if (options.signal) {
+      const onAbort = (): void => {
+        void kill('SIGKILL');
+      };
+      options.signal.addEventListener('abort', onAbort, { once: true });
+      void exited.finally(() => options.signal?.removeEventListener('abort', onAbort));
+      if (options.signal.aborted) onAbort();
+    }
+  });
+}
+
+/** Linux wait status: exit code in bits 8–15, terminating signal in bits 0–6. */
+export function decodeWaitStatus(status: number): ProcessExit {
+  const termSignal = status & 0x7f;
+  if (termSignal === 0) return { exitCode: (status >> 8) & 0xff, signal: null };
+  const entry = Object.entries(osConstants.signals).find(([, value]) => value === termSignal);
+  return { exitCode: null, signal: entry?.[0] ?? `SIG${termSignal}` };
+}

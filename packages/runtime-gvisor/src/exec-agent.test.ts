@@ -1,0 +1,143 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Resources } from '@burrow/contract';
+import type { TemplateRef } from '@burrow/runtime';
+import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { decodeWaitStatus } from './agent-hub.js';
+import { type DriverLogger, GvisorDriver } from './gvisor-driver.js';
+import { buildTemplate } from './template-builder.js';
+
+const TEST_TEMPLATES_DIR = '/var/tmp/burrow-test-templates';
+const RESOURCES: Resources = { cpuCount: 1, memoryMiB: 256, diskMiB: 512 };
+/** Compiled agents shared by test runs (compiling takes seconds on a loaded machine). */
+const TEST_AGENT_CACHE = '/var/tmp/burrow-test-agent';
+
+describe('decodeWaitStatus', () => {
+  it('tells exit 137 from a SIGKILL death', () => {
+    expect(decodeWaitStatus(137 << 8)).toEqual({ exitCode: 137, signal: null });
+    expect(decodeWaitStatus(9)).toEqual({ exitCode: null, signal: 'SIGKILL' });
+    expect(decodeWaitStatus(0)).toEqual({ exitCode: 0, signal: null });
+  });
+});
+
+/** Host command lines (what `ps` shows to anyone on the host). */
+function hostCommandLines(): string {
+  return execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8', maxBuffer: 16 << 20 });
+}
+
+/** Warnings the driver logged, for the fallback case. */
+function recordingLogger(lines: string[]): DriverLogger {
+  const logger: DriverLogger = {
+    info: () => undefined,
+    warn: (_object, message) => lines.push(message ?? ''),
+    error: (_object, message) => lines.push(message ?? ''),
+    child: () => logger,
+  };
+  return logger;
+}
+
+// One sandbox for the agent cases (plus one made without the agent for the fallback); real runsc throughout.
+describe('exec agent (real runsc)', { timeout: 240_000 }, () => {
+  let dataDir: string;
+  let driver: GvisorDriver;
+  let template: TemplateRef;
+  const sandboxId = testSandboxId();
+  const oldSandboxId = testSandboxId();
+  const warnings: string[] = [];
+
+  beforeAll(async () => {
+    dataDir = await mkdtemp(join(tmpdir(), 'burrow-agent-test-'));
+    template = await buildTemplate({ templatesDir: TEST_TEMPLATES_DIR, apt: [], run: [] });
+    driver = new GvisorDriver({
+      dataDir,
+      maxProcesses: 256,
+      logger: recordingLogger(warnings),
+      agentCacheDir: TEST_AGENT_CACHE,
+    });
+    await driver.create({ sandboxId, template, resources: RESOURCES, hostname: 'agent' });
+    expect(await driver.execAgentReady(sandboxId)).toBe(true);
+  }, 240_000);
+
+  afterAll(async () => {
+    for (const id of [sandboxId, oldSandboxId]) await driver?.delete(id).catch(() => undefined);
+    const left = await readdir(join(dataDir, 'sandboxes')).catch(() => []);
+    await rm(dataDir, { recursive: true, force: true });
+    expect(left).toEqual([]);
+  });
+
+  it('runs commands through the agent: argv and env never show on the host, exit codes and signals exact', async () => {
+    // Known open question (docs/adr/0003): run right after a SIGTERMed command, this once answered exitCode null.
+    expect(await runInSandbox(driver, sandboxId, ['sh', '-c', 'exit 137'])).toMatchObject({
+      exitCode: 137,
+      signal: null,
+    });
+    const marker = `agent-marker-${Math.random().toString(16).slice(2)}`;
+    const process = await driver.exec(sandboxId, {
+      argv: ['sh', '-c', `echo "$SECRET"; sleep 30 # ${marker}`],
+      env: { PATH: '/usr/bin:/bin', SECRET: marker },
+      cwd: '/',
+    });
+    const first = await new Promise<string>((resolve) =>
+      process.stdout.once('data', (chunk: Buffer) => resolve(chunk.toString())),
+    );
+    expect(first).toBe(`${marker}\n`);
+    // With runsc exec the whole argv and every --env would be on the host's process list.
+    expect(hostCommandLines()).not.toContain(marker);
+    await process.kill('SIGTERM');
+    expect(await process.exited).toEqual({ exitCode: null, signal: 'SIGTERM' });
+    const user = await driver.exec(sandboxId, {
+      argv: ['id', '-u'],
+      env: {},
+      cwd: '/tmp',
+      user: { uid: 65534, gid: 65534 },
+    });
+    const out: Buffer[] = [];
+    user.stdout.on('data', (chunk: Buffer) => out.push(chunk));
+    user.stdin.end();
+    expect(await user.exited).toEqual({ exitCode: 0, signal: null });
+    expect(Buffer.concat(out).toString()).toBe('65534\n');
+  });
+
+  it('kills the whole process group, and stdin flows both ways', async () => {
+    const process = await driver.exec(sandboxId, {
+      argv: ['sh', '-c', 'sleep 60 & sleep 60 & cat; wait'],
+      env: { PATH: '/usr/bin:/bin' },
+      cwd: '/',
+    });
+    const out: Buffer[] = [];
+    process.stdout.on('data', (chunk: Buffer) => out.push(chunk));
+    process.stdin.write(Buffer.from([0, 255, 10]));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await process.kill('SIGKILL');
+    expect(await process.exited).toEqual({ exitCode: null, signal: 'SIGKILL' });
+    expect(Buffer.concat(out)).toEqual(Buffer.from([0, 255, 10]));
+    const left = await runInSandbox(driver, sandboxId, ['sh', '-c', 'ps -eo args | grep -c "^sleep 60" || true']);
+    expect(left.stdout.toString().trim()).toBe('0');
+  });
+
+  it('keeps working across pause and resume (the agent lives in the init tree)', async () => {
+    await driver.pause(sandboxId);
+    await driver.resume({ sandboxId, template, resources: RESOURCES, hostname: 'agent' });
+    expect(await driver.execAgentReady(sandboxId)).toBe(true);
+    const marker = `after-resume-${Math.random().toString(16).slice(2)}`;
+    const process = await driver.exec(sandboxId, { argv: ['sh', '-c', `sleep 2 # ${marker}`], env: {}, cwd: '/' });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(hostCommandLines()).not.toContain(marker);
+    process.stdin.end();
+    expect(await process.exited).toEqual({ exitCode: 0, signal: null });
+    expect(warnings.filter((line) => line.includes('runsc exec'))).toEqual([]);
+  });
+
+  it('falls back to runsc exec for a sandbox without an agent, with the reason logged', async () => {
+    const plain = new GvisorDriver({ dataDir, maxProcesses: 256, execAgent: false });
+    await plain.create({ sandboxId: oldSandboxId, template, resources: RESOURCES, hostname: 'old' });
+    // This driver did not open the listener: the first exec opens it and waits briefly for an agent that never comes.
+    const run = await runInSandbox(driver, oldSandboxId, ['sh', '-c', 'echo fallback; exit 7']);
+    expect(run.exitCode).toBe(7);
+    expect(run.stdout.toString()).toBe('fallback\n');
+    expect(warnings.some((line) => line.includes('no exec agent connected'))).toBe(true);
+  });
+});
