@@ -15,6 +15,41 @@ export interface ManifestFile {
   sizeBytes: number;
   /** SHA-256 (hex) of the content. */
   sha256: string;
+  /**
+   * Identity of the file on this host when the manifest was sealed (absent in manifests from before it existed).
+   * A resume of a local pause image whose every file still has it skips re-hashing; see {@link verifyState}.
+   */
+  fingerprint?: FileFingerprint;
+}
+
+/**
+ * Inode, size, mtime and ctime (ns, decimal strings) of a file. Every write or truncate changes mtime and ctime, and
+ * ctime cannot be set back from user space (utimes sets it to now), so an unchanged fingerprint means the file was
+ * not written since it was taken (to the kernel's timestamp granularity of a few ms) and is the same inode.
+ */
+export interface FileFingerprint {
+  ino: string;
+  sizeBytes: number;
+  mtimeNs: string;
+  ctimeNs: string;
+}
+
+/** The {@link FileFingerprint} of `path`, or null when it does not exist. */
+export async function fingerprint(path: string): Promise<FileFingerprint | null> {
+  const st = await stat(path, { bigint: true }).catch(() => null);
+  if (st === null) return null;
+  return { ino: String(st.ino), sizeBytes: Number(st.size), mtimeNs: String(st.mtimeNs), ctimeNs: String(st.ctimeNs) };
+}
+
+function sameFingerprint(a: FileFingerprint | undefined, b: FileFingerprint | null): boolean {
+  return (
+    a !== undefined &&
+    b !== null &&
+    a.ino === b.ino &&
+    a.sizeBytes === b.sizeBytes &&
+    a.mtimeNs === b.mtimeNs &&
+    a.ctimeNs === b.ctimeNs
+  );
 }
 
 /**
@@ -156,14 +191,23 @@ export async function writeManifest(
   options: { sandboxId: string; runtime: RuntimeIdentity; memory: boolean; image?: ManifestFile[] },
 ): Promise<CheckpointManifest> {
   const diskStat = await stat(location.diskPath);
+  const [image, diskSha] = await Promise.all([
+    options.memory ? (options.image ?? describeImage(location.imageDir)) : Promise.resolve([]),
+    hashSparseFile(location.diskPath),
+  ]);
+  // Fingerprints are taken after the hashes: the files are final by now (the caller froze them).
+  const withPrints = async (file: ManifestFile, path: string): Promise<ManifestFile> => {
+    const print = await fingerprint(path);
+    return print === null ? file : { ...file, fingerprint: print };
+  };
   const manifest: CheckpointManifest = {
     format: MANIFEST_FORMAT,
     sandboxId: options.sandboxId,
     runscVersion: options.runtime.runscVersion,
     platform: options.runtime.platform,
     createdAt: new Date().toISOString(),
-    image: options.memory ? (options.image ?? (await describeImage(location.imageDir))) : [],
-    disk: { name: 'disk.img', sizeBytes: diskStat.size, sha256: await hashSparseFile(location.diskPath) },
+    image: await Promise.all(image.map((f) => withPrints(f, join(location.imageDir, f.name)))),
+    disk: await withPrints({ name: 'disk.img', sizeBytes: diskStat.size, sha256: diskSha }, location.diskPath),
     diskAllocatedBytes: diskStat.blocks * 512,
   };
   const tmp = `${location.manifestPath}.tmp`;
@@ -185,12 +229,14 @@ export async function readManifest(location: StateLocation): Promise<CheckpointM
 
 /**
  * Verify a saved state before a restore: manifest format, runtime version and platform (when it has an image),
- * every image file's size and checksum, and the disk's checksum.
+ * every image file's size and checksum, and the disk's checksum. With `trustFingerprints` (a local pause image,
+ * never a snapshot) the checksums are not recomputed when every file, the disk included, still has the
+ * {@link FileFingerprint} recorded when the manifest was sealed; any difference falls back to the full check.
  * @throws CheckpointRejectedError naming what does not match
  */
 export async function verifyState(
   location: StateLocation,
-  options: { runtime: RuntimeIdentity; memory: boolean; sandboxId?: string },
+  options: { runtime: RuntimeIdentity; memory: boolean; sandboxId?: string; trustFingerprints?: boolean },
 ): Promise<CheckpointManifest> {
   const manifest = await readManifest(location);
   if (manifest === null) throw new CheckpointRejectedError(`no manifest at ${location.manifestPath}`);
@@ -213,6 +259,19 @@ export async function verifyState(
     const present = new Set(
       (await readdir(location.imageDir).catch(() => [] as string[])).filter((n) => !n.startsWith('.')),
     );
+    // Fast path for a local pause image: same files, none written since the seal (no extra file either).
+    if (
+      options.trustFingerprints === true &&
+      present.size === manifest.image.length &&
+      manifest.image.every((f) => present.has(f.name))
+    ) {
+      const files = [
+        ...manifest.image.map((f) => ({ file: f, path: join(location.imageDir, f.name) })),
+        { file: manifest.disk, path: location.diskPath },
+      ];
+      const prints = await Promise.all(files.map(({ path }) => fingerprint(path)));
+      if (files.every(({ file }, i) => sameFingerprint(file.fingerprint, prints[i] ?? null))) return manifest;
+    }
     for (const file of manifest.image) {
       const path = join(location.imageDir, file.name);
       const st = await stat(path).catch(() => null);

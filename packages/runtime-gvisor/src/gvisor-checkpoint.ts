@@ -11,6 +11,7 @@ import {
   type SnapshotOptions,
   type SpawnOptions,
 } from '@burrow/runtime';
+import { AGENT_GUEST_BINARY } from './agent-binary.js';
 import {
   allocatedBytes,
   type CheckpointManifest,
@@ -22,7 +23,6 @@ import {
   verifyState,
   writeManifest,
 } from './checkpoint-files.js';
-import { AGENT_GUEST_BINARY } from './agent-binary.js';
 import { detachLoopDevices, loopDevicesUnder, mountsUnder, mustRun, unmountAll } from './host-plumbing.js';
 import { abortError, tail } from './run-command.js';
 import type { RunscCli } from './runsc-cli.js';
@@ -47,6 +47,26 @@ export interface CheckpointHost {
   /** Remove every host resource of a sandbox. */
   delete(sandboxId: string): Promise<void>;
   warn(object: object, message: string): void;
+  /** Step timings of pause and resume (info level). @default not logged */
+  info?(object: object, message: string): void;
+}
+
+/** Milliseconds spent in each named step of one operation, for the log line that explains where the time went. */
+class StepTimer {
+  private last = performance.now();
+  private readonly start = this.last;
+  readonly stepsMs: Record<string, number> = {};
+
+  /** Close the step that ends now under `name`. */
+  mark(name: string): void {
+    const now = performance.now();
+    this.stepsMs[name] = Math.round((now - this.last) * 10) / 10;
+    this.last = now;
+  }
+
+  totalMs(): number {
+    return Math.round(performance.now() - this.start);
+  }
 }
 
 /** FIFO inside the sandbox (on gVisor's own /dev tmpfs) that the init-side spawner reads requests from. */
@@ -120,6 +140,7 @@ export class GvisorCheckpointer {
   }
 
   async pause(sandboxId: string, signal?: AbortSignal): Promise<CheckpointInfo> {
+    const timer = new StepTimer();
     const location = this.pauseLocation(sandboxId);
     const paths = this.host.paths(sandboxId);
     const done = await readManifest(location);
@@ -140,7 +161,9 @@ export class GvisorCheckpointer {
       throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'}; only a running sandbox pauses`);
     }
     if (signal?.aborted) throw abortError(signal);
+    timer.mark('state');
     if (state.status === 'running') await this.mustRunsc(['pause', sandboxId], 'pause');
+    timer.mark('holdStill');
     await rm(paths.checkpointDir, { recursive: true, force: true });
     await mkdir(location.imageDir, { recursive: true });
     const result = await this.host.runsc.run(
@@ -159,15 +182,22 @@ export class GvisorCheckpointer {
       await rm(paths.checkpointDir, { recursive: true, force: true });
       throw new RuntimeError(`checkpoint of ${sandboxId} failed; it keeps running`, tail(result.stderr, 10));
     }
+    timer.mark('checkpoint');
     crashPoint('pause:after-checkpoint');
     // The image is final: hash it while the sentry ends and the disk is released.
     const imageHashes = describeImage(location.imageDir);
     imageHashes.catch(() => undefined);
     // Nothing may run between the checkpoint and the end of the sentry: the disk must match the image.
     await killAndWait(state.pid);
+    timer.mark('kill');
     crashPoint('pause:after-kill');
     await this.releaseContainer(sandboxId, { wait: false });
-    const sealed = await this.sealAt(sandboxId, location, true, await imageHashes);
+    timer.mark('unmountAndReleaseDisk');
+    const hashes = await imageHashes;
+    timer.mark('hashImageRest');
+    const sealed = await this.sealAt(sandboxId, location, true, hashes);
+    timer.mark('hashDiskAndSeal');
+    this.host.info?.({ sandboxId, totalMs: timer.totalMs(), stepsMs: timer.stepsMs }, 'pause steps');
     crashPoint('pause:after-seal');
     return this.info(sealed, location);
   }
@@ -176,18 +206,28 @@ export class GvisorCheckpointer {
     const { sandboxId } = options;
     const location = this.pauseLocation(sandboxId);
     const paths = this.host.paths(sandboxId);
-    const state = await this.host.runsc.state(sandboxId);
+    const timer = new StepTimer();
+    await this.releasing.get(sandboxId);
+    timer.mark('waitTeardownAfterPause');
+    const known = await this.containerKnown(sandboxId);
+    const state = known ? await this.host.runsc.state(sandboxId) : null;
     if (state?.status === 'running') {
       // A crash after the restore: the image is spent.
       await rm(paths.checkpointDir, { recursive: true, force: true });
       return;
     }
-    await verifyState(location, { runtime: await this.runtime(), memory: true, sandboxId });
-    await this.releaseContainer(sandboxId);
+    timer.mark('state');
+    await verifyState(location, { runtime: await this.runtime(), memory: true, sandboxId, trustFingerprints: true });
+    timer.mark('verify');
+    // A pause released everything; only a crashed or failed step leaves a container or a mount to clear first.
+    if (known || (await mountsUnder(paths.dir)).length > 0) await this.releaseContainer(sandboxId);
+    timer.mark('releaseLeftovers');
     crashPoint('resume:before-restore');
-    await this.restoreInto(options, location.imageDir);
+    await this.restoreInto(options, location.imageDir, timer);
     crashPoint('resume:after-restore');
     await rm(paths.checkpointDir, { recursive: true, force: true });
+    timer.mark('dropImage');
+    this.host.info?.({ sandboxId, totalMs: timer.totalMs(), stepsMs: timer.stepsMs }, 'resume steps');
   }
 
   async stop(sandboxId: string): Promise<void> {
@@ -332,7 +372,7 @@ export class GvisorCheckpointer {
   }
 
   /** Restore an image into a fresh container of `options.sandboxId` on its mounted disk; undoes itself on failure. */
-  private async restoreInto(options: CreateOptions, imageDir: string): Promise<void> {
+  private async restoreInto(options: CreateOptions, imageDir: string, timer?: StepTimer): Promise<void> {
     const { sandboxId } = options;
     const paths = this.host.paths(sandboxId);
     const made: UndoList = [];
@@ -341,6 +381,7 @@ export class GvisorCheckpointer {
         throw new RuntimeError(`the disk of ${sandboxId} is missing; it cannot be restored`);
       }
       await this.host.prepareBundle(options, made);
+      timer?.mark('mountAndBundle');
       made.push(async () => {
         await this.host.runsc.run(['delete', '-force', sandboxId]);
         await this.host.removeCgroups(sandboxId);
@@ -351,11 +392,13 @@ export class GvisorCheckpointer {
         'restore',
         options.signal,
       );
+      timer?.mark('runscRestore');
       const state = await this.host.runsc.state(sandboxId);
       if (state?.status !== 'running') {
         throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'} right after restore`);
       }
       await this.host.started(sandboxId, state.pid);
+      timer?.mark('stateAndStarted');
     } catch (error) {
       for (const undo of made.reverse()) await undo().catch(() => undefined);
       throw error;
@@ -390,7 +433,7 @@ export class GvisorCheckpointer {
     await unmountStrict(paths.diskDir);
     await waitForDiskRelease(paths.dir);
     const teardown = (async () => {
-      if ((await this.host.runsc.state(sandboxId)) !== null) {
+      if (await this.containerKnown(sandboxId)) {
         await this.host.runsc.run(['delete', '-force', sandboxId]);
       }
       await this.host.removeCgroups(sandboxId);
@@ -403,6 +446,15 @@ export class GvisorCheckpointer {
       return;
     }
     await teardown;
+  }
+
+  /** Whether runsc has a state file for the container (a stat, where `runsc state` costs 50-150 ms here). */
+  private async containerKnown(sandboxId: string): Promise<boolean> {
+    const file = join(this.host.runsc.stateDir, `${sandboxId}_sandbox:${sandboxId}.state`);
+    return stat(file).then(
+      () => true,
+      () => false,
+    );
   }
 
   /** Wait for the background teardown of `sandboxId` after a pause, if one runs. */

@@ -165,6 +165,7 @@ export class GvisorDriver implements RuntimeDriver {
       create: (o) => this.create(o),
       delete: (id) => this.delete(id),
       warn: (object, message) => this.logger?.warn(object, message),
+      info: (object, message) => this.logger?.info(object, message),
     });
   }
 
