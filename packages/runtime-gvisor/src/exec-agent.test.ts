@@ -54,6 +54,7 @@ describe('exec agent (real runsc)', { timeout: 240_000 }, () => {
     driver = new GvisorDriver({
       dataDir,
       maxProcesses: 256,
+      execAgent: true,
       logger: recordingLogger(warnings),
       agentCacheDir: TEST_AGENT_CACHE,
     });

@@ -82,8 +82,11 @@ export const SPAWNER_ARGV = [
   '-c',
   // The exec agent (docs/adr/0003) runs from the init too, restarted if it ends.
   `a=${AGENT_GUEST_BINARY}; if [ -x $a ]; then (while :; do $a; sleep 1; done) </dev/null >/dev/null 2>&1 & fi; ` +
-    `f=${SPAWN_FIFO}; rm -f $f; mkfifo -m 600 $f; while :; do while IFS= read -r line; do ` +
-    'setsid /bin/sh -c "$line" </dev/null >/dev/null 2>&1 & done < $f; done',
+    // The FIFO is held open read-write (fd 3) for the spawner's life. Reopening it after each writer's EOF lost
+    // requests: a writer that opened it while the old read end was still open had its line dropped with that pipe
+    // when the read end closed (the server then never started; the "rare hang" of issue 3).
+    `f=${SPAWN_FIFO}; rm -f $f; mkfifo -m 600 $f; exec 3<>$f; while IFS= read -r line <&3; do ` +
+    'setsid /bin/sh -c "$line" </dev/null >/dev/null 2>&1 3>&- & done',
 ];
 
 /** The argv (run with `runsc exec`) that asks the spawner to start `options.argv` in `cwd` with exactly `env`. */

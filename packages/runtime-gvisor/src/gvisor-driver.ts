@@ -80,7 +80,8 @@ export interface GvisorDriverOptions {
   logger?: DriverLogger;
   /**
    * Run commands through the in-sandbox exec agent (docs/adr/0003); `false` makes every exec a `runsc exec`, as
-   * for sandboxes created without the agent. @default true
+   * for sandboxes created without the agent. Experimental and off by default: with it on, execs right after a
+   * resume or fork can fail or wait out the agent's 10 s start limit (the checkpoint suite fails). @default false
    */
   execAgent?: boolean;
   /** Where the compiled agent is cached (content-addressed, shareable between data dirs). @default `${dataDir}/agent-cache` */
@@ -149,7 +150,7 @@ export class GvisorDriver implements RuntimeDriver {
     this.maxProcesses = options.maxProcesses ?? 1024;
     this.cgroupParent = `${CGROUP_PARENT}/${createHash('sha256').update(resolve(options.dataDir)).digest('hex').slice(0, 12)}`;
     this.logger = options.logger;
-    this.execAgent = options.execAgent ?? true;
+    this.execAgent = options.execAgent ?? false;
     this.agentCacheDir = options.agentCacheDir ?? join(options.dataDir, 'agent-cache');
     this.checkpointer = new GvisorCheckpointer({
       runsc: this.runsc,

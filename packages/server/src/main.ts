@@ -49,6 +49,8 @@ export interface Config {
   runscPath: string;
   /** gVisor platform. @default 'systrap' (BURROW_PLATFORM) */
   platform: GvisorPlatform;
+  /** Run exec through the in-sandbox exec agent (experimental, docs/adr/0003). @default false (BURROW_EXEC_AGENT=1) */
+  execAgent: boolean;
   /** pino level. @default 'info' (BURROW_LOG_LEVEL) */
   logLevel: string;
   /** Largest JSON body, bytes. @default 16_777_216 (16 MiB) (BURROW_BODY_LIMIT_BYTES) */
@@ -110,6 +112,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     databaseUrl: overrides.databaseUrl ?? env.BURROW_DATABASE_URL ?? join(dataDir, 'burrow.db'),
     runscPath: overrides.runscPath ?? env.BURROW_RUNSC ?? 'runsc',
     platform,
+    execAgent: overrides.execAgent ?? env.BURROW_EXEC_AGENT === '1',
     logLevel: overrides.logLevel ?? env.BURROW_LOG_LEVEL ?? 'info',
     bodyLimitBytes:
       overrides.bodyLimitBytes ?? intFrom(env.BURROW_BODY_LIMIT_BYTES, 'BURROW_BODY_LIMIT_BYTES', 16 * 1024 * 1024),
@@ -175,6 +178,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       dataDir: config.dataDir,
       runscPath: config.runscPath,
       platform: config.platform,
+      execAgent: config.execAgent,
       logger: logger.child({ component: 'driver' }),
     });
   const builder =

@@ -2,7 +2,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { testDatabases } from '../testing/test-databases.js';
 import { encodeCursor } from '../util/cursor.js';
-import type { SandboxRecord } from './sandbox-store.js';
+import { DEFAULT_LIFECYCLE, type SandboxRecord } from './sandbox-store.js';
 import { openStore, type Store } from './store.js';
 
 const dialects = testDatabases('store');
@@ -31,6 +31,8 @@ function record(id: string, tenantId: string, createdAt: string, labels: Record<
     autoResume: true,
     parentId: null,
     snapshotId: null,
+    lifecycle: { ...DEFAULT_LIFECYCLE },
+    quarantine: null,
   };
 }
 
