@@ -145,6 +145,7 @@ export class GvisorDriver implements RuntimeDriver {
       options.runscPath ?? 'runsc',
       options.stateDir ?? join(options.dataDir, 'runsc'),
       this.platform,
+      options.execAgent ?? false,
     );
     this.cgroupRoot = options.cgroupRoot ?? '/sys/fs/cgroup';
     this.maxProcesses = options.maxProcesses ?? 1024;

@@ -18,6 +18,8 @@ export class RunscCli {
     readonly runscPath: string,
     readonly stateDir: string,
     readonly platform: GvisorPlatform,
+    /** Let the sandbox connect to host Unix sockets (`--host-uds=open`), only for the exec agent. @default false */
+    readonly hostUds = false,
   ) {}
 
   /** Global flags: host-overlay persistence and shared file access so host writes are seen at once. */
@@ -30,7 +32,7 @@ export class RunscCli {
       '--overlay2=none',
       '--file-access=shared',
       // The exec agent inside connects to its host socket (docs/adr/0003); it opens no other host socket.
-      '--host-uds=open',
+      ...(this.hostUds ? ['--host-uds=open'] : []),
       ...extra,
     ];
   }
