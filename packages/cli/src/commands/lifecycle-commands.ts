@@ -1,24 +1,11 @@
+import { EventTypeSchema } from '@burrow/contract';
 import { BurrowClient, type Event, type EventType } from '@burrow/sdk';
 import type { Command } from 'commander';
 import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
 import { UsageError } from '../exit-codes.js';
 import { collect, parsePositiveInt } from '../key-value-parse.js';
 
-const EVENT_TYPES: readonly EventType[] = [
-  'created',
-  'paused',
-  'resumed',
-  'forked',
-  'stopped',
-  'started',
-  'deleted',
-  'expired',
-  'error',
-  'quota_denied',
-  'warning',
-  'snapshot_created',
-  'snapshot_deleted',
-];
+const EVENT_TYPES: readonly EventType[] = EventTypeSchema.options;
 
 function eventTypes(values: string[] | undefined): EventType[] {
   const types = values ?? [];
