@@ -6,6 +6,7 @@ import type { Resources } from '@burrow/contract';
 import { CheckpointRejectedError, type TemplateRef } from '@burrow/runtime';
 import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { SPAWN_FIFO } from './gvisor-checkpoint.js';
 import { GvisorDriver } from './gvisor-driver.js';
 import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
@@ -112,6 +113,21 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
 
   it('declares checkpoint and fork', () => {
     expect([...driver.capabilities].sort()).toEqual(['checkpoint', 'fork']);
+  });
+
+  it('a spawn request made before the spawner FIFO exists waits for it and never stops the sandbox', async () => {
+    // Deterministic form of a race seen after create: the request used to create a plain file at the FIFO's
+    // path, the init's loop read it to its end and exited, and the sandbox stopped.
+    const id = await create();
+    await sh(id, `rm ${SPAWN_FIFO}`);
+    const request = driver.spawn(id, { argv: ['true'], env: {}, cwd: '/' });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await sh(id, `[ -e ${SPAWN_FIFO} ] && echo exists || echo absent`)).toBe('absent');
+    // Stand in for the spawner: make the FIFO and take one request from it.
+    await sh(id, `mkfifo -m 600 ${SPAWN_FIFO}; read -r line < ${SPAWN_FIFO}; printf '%s' "$line" > /root/request`);
+    await request;
+    expect(await sh(id, 'cat /root/request')).toBe("cd '/' && exec env -i  'true'");
+    expect((await driver.observe(id)).status).toBe('running');
   });
 
   it('30 pause/resume cycles keep files byte-exact, the in-memory counter and the server pid', async () => {

@@ -89,12 +89,27 @@ export const SPAWNER_ARGV = [
     'setsid /bin/sh -c "$line" </dev/null >/dev/null 2>&1 3>&- & done',
 ];
 
-/** The argv (run with `runsc exec`) that asks the spawner to start `options.argv` in `cwd` with exactly `env`. */
+/** How long a spawn request waits for the spawner's FIFO to appear (a request right after create), in ms. */
+export const SPAWNER_READY_TIMEOUT_MS = 10_000;
+
+/**
+ * The argv (run with `runsc exec`) that asks the spawner to start `options.argv` in `cwd` with exactly `env`.
+ * The request waits (at most {@link SPAWNER_READY_TIMEOUT_MS}) until the FIFO exists and writes only to a FIFO:
+ * a request made right after create can run before the init has made it, and writing then created a regular
+ * file there; the init's `mkfifo` failed, its loop read that file to its end and exited, and the whole sandbox
+ * stopped (the "cannot exec in sandbox" of the first exec after create; runsc-boot.log: the application exits 0
+ * right after the spawn request, init.log: `mkfifo: ... File exists`).
+ */
 export function spawnRequestArgv(options: SpawnOptions): string[] {
   const env = Object.entries(options.env).map(([k, v]) => shellQuote(`${k}=${v}`));
   const line = `cd ${shellQuote(options.cwd)} && exec env -i ${env.join(' ')} ${options.argv.map(shellQuote).join(' ')}`;
   if (line.includes('\n')) throw new RuntimeError('a spawned command may not contain a newline');
-  return ['/bin/sh', '-c', `printf '%s\\n' "$1" > ${SPAWN_FIFO}`, 'spawn', line];
+  const tries = Math.ceil(SPAWNER_READY_TIMEOUT_MS / 20);
+  const script =
+    `f=${SPAWN_FIFO}; i=0; while [ ! -p $f ]; do i=$((i+1)); ` +
+    `if [ $i -gt ${tries} ]; then echo "the sandbox's spawner is not running ($f is not a FIFO)" >&2; exit 1; fi; ` +
+    `sleep 0.02; done; printf '%s\\n' "$1" > $f`;
+  return ['/bin/sh', '-c', script, 'spawn', line];
 }
 
 function shellQuote(value: string): string {

@@ -341,38 +341,18 @@ export class GvisorDriver implements RuntimeDriver {
     if (options.signal?.aborted) throw abortError(options.signal);
     const control = await this.agentControl(sandboxId);
     if (control !== null) return this.agents.exec(sandboxId, control, options);
-    const start = () => {
-      const tag = randomBytes(6).toString('hex');
-      return startSandboxProcess({
-        runsc: this.runsc,
-        sandboxId,
-        argv: options.argv,
-        env: options.env,
-        cwd: options.cwd,
-        user: options.user,
-        pidFile: join(paths.logsDir, `exec-${tag}.pid`),
-        logFile: join(paths.logsDir, `exec-${tag}.log`),
-        signal: options.signal,
-      });
-    };
-    let process: SandboxProcess;
-    try {
-      process = await start();
-    } catch (error) {
-      // Rarely (about once per full test suite, on fresh and on restored sandboxes alike) a `runsc exec` ends
-      // before the process starts with no reason we recognise; root cause open (docs/architecture.md, known gaps).
-      // The command never ran (no pid was written), so one more attempt cannot run it twice.
-      const unexplained =
-        error instanceof RuntimeError && error.code === undefined && error.message.startsWith('cannot exec in sandbox');
-      if (!unexplained || options.signal?.aborted || (await this.runsc.state(sandboxId))?.status !== 'running') {
-        throw error;
-      }
-      this.logger?.warn(
-        { sandboxId, details: error.details },
-        'runsc exec did not start the process; trying once more',
-      );
-      process = await start();
-    }
+    const tag = randomBytes(6).toString('hex');
+    const process = await startSandboxProcess({
+      runsc: this.runsc,
+      sandboxId,
+      argv: options.argv,
+      env: options.env,
+      cwd: options.cwd,
+      user: options.user,
+      pidFile: join(paths.logsDir, `exec-${tag}.pid`),
+      logFile: join(paths.logsDir, `exec-${tag}.log`),
+      signal: options.signal,
+    });
     // New guest processes may bring new stub processes; marking them is off the exec's critical path.
     void this.runsc
       .state(sandboxId)
