@@ -195,7 +195,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   const actors = new ActorContext();
   const eventStore = new EventStore(store.db);
   const events = new EventService({ events: eventStore, actors, clock, logger });
-  store.sandboxes.onTransition = (before, after) => events.onSandboxTransition(before, after);
+  store.sandboxes.onTransition = (trx, before, after) => events.onSandboxTransition(trx, before, after);
   store.sandboxes.quotas.onDenied = (denial) => events.onQuotaDenied(denial);
   store.snapshots.quotas.onDenied = (denial) => events.onQuotaDenied(denial);
   const webhooks = new WebhookDispatcher({

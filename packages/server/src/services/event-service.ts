@@ -2,11 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Event, EventList, EventType, Webhook } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
+import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { ActorContext } from '../lifecycle/actor-context.js';
-import type { EventRecord, EventStore, NewEvent } from '../store/event-store.js';
+import type { DB } from '../store/database.js';
+import { type EventRecord, EventStore, type NewEvent } from '../store/event-store.js';
 import type { QuotaDenial } from '../store/quota-store.js';
-import type { SandboxRecord } from '../store/sandbox-store.js';
+import type { SandboxRecord, TransitionHook } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import { newId } from '../util/ids.js';
@@ -90,6 +92,19 @@ export class EventService {
    * @returns the stored event
    */
   async record(input: EventInput): Promise<Event> {
+    const stored = await this.deps.events.append(this.toNewEvent(input), { deliveryId: () => newId('dlv') });
+    this.published(stored);
+    return toEvent(stored);
+  }
+
+  /** Tell live streams and the webhook dispatcher about a stored event. */
+  private published(stored: EventRecord): void {
+    this.bus.emit('event', stored);
+    this.onAppended?.();
+  }
+
+  /** The row to store for `input`, with the current actor and reason. */
+  private toNewEvent(input: EventInput): NewEvent {
     const scope = this.deps.actors.current();
     const actor = scope?.actor ?? 'system';
     const event: NewEvent = {
@@ -107,10 +122,7 @@ export class EventService {
       data: input.data ?? {},
       at: isoNow(this.deps.clock),
     };
-    const stored = await this.deps.events.append(event, { deliveryId: () => newId('dlv') });
-    this.bus.emit('event', stored);
-    this.onAppended?.();
-    return toEvent(stored);
+    return event;
   }
 
   /** Record without waiting (store observers are synchronous); failures are logged, never thrown. */
@@ -131,21 +143,37 @@ export class EventService {
     while (this.pending.size > 0) await Promise.all([...this.pending]);
   }
 
-  /** Store observer: turn a sandbox state change into an event. */
-  onSandboxTransition(before: SandboxRecord, after: SandboxRecord | null): void {
+  /**
+   * Store observer ({@link TransitionHook}): turn a sandbox state change into an event, appended in the same
+   * transaction `trx` as the change (a crash keeps both or neither).
+   * @returns the after-commit callback that publishes the event to live streams and webhooks, or null
+   */
+  async onSandboxTransition(
+    trx: Kysely<DB>,
+    before: SandboxRecord,
+    after: SandboxRecord | null,
+  ): Promise<(() => void) | null> {
+    const input = this.transitionInput(before, after);
+    if (input === null) return null;
+    const stored = await EventStore.appendIn(trx, this.toNewEvent(input), { deliveryId: () => newId('dlv') });
+    return () => this.published(stored);
+  }
+
+  /** The event a sandbox state change is, or null. */
+  private transitionInput(before: SandboxRecord, after: SandboxRecord | null): EventInput | null {
     const mapped = transitionEvent(before, after);
-    if (mapped === null) return;
+    if (mapped === null) return null;
     const condition = after?.conditions.at(-1);
     const fresh =
       condition !== undefined && !before.conditions.some((c) => c.at === condition.at && c.type === condition.type);
-    this.recordLater({
+    return {
       tenantId: before.tenantId,
       type: mapped.type,
       sandboxId: before.id,
       message: fresh ? condition.message : `sandbox ${before.id} ${mapped.type}`,
       data: { ...mapped.data, state: after?.state ?? 'deleted' },
       ...(fresh && mapped.type === 'error' ? { reason: condition.reason } : {}),
-    });
+    };
   }
 
   /** Quota observer: record a `quota_denied` event. */

@@ -73,45 +73,51 @@ export class EventStore {
    * @returns the stored event with its sequence number
    */
   async append(event: NewEvent, options: { deliveryId: () => string }): Promise<EventRecord> {
-    return this.db.transaction().execute(async (trx) => {
-      const row = await trx
-        .insertInto('events')
-        .values({
-          tenant_id: event.tenantId,
-          type: event.type,
-          sandbox_id: event.sandboxId,
-          snapshot_id: event.snapshotId,
-          reason: event.reason,
-          actor: event.actor,
-          message: event.message,
-          data: JSON.stringify(event.data),
-          at: event.at,
-        })
-        .returning('seq')
-        .executeTakeFirstOrThrow();
-      const seq = Number(row.seq);
-      const hooks = await trx.selectFrom('webhooks').selectAll().where('tenant_id', '=', event.tenantId).execute();
-      const wanted = hooks.map(toWebhook).filter((h) => h.types === null || h.types.includes(event.type));
-      if (wanted.length > 0) {
-        await trx
-          .insertInto('webhook_deliveries')
-          .values(
-            wanted.map((h) => ({
-              id: options.deliveryId(),
-              webhook_id: h.id,
-              event_seq: seq,
-              state: 'pending',
-              attempts: 0,
-              next_attempt_at: event.at,
-              last_status: null,
-              last_error: null,
-              updated_at: event.at,
-            })),
-          )
-          .execute();
-      }
-      return { ...event, seq };
-    });
+    return this.db.transaction().execute((trx) => EventStore.appendIn(trx, event, options));
+  }
+
+  /**
+   * {@link append} inside the caller's transaction `trx` (the event commits or rolls back with the caller's write).
+   * @returns the stored event with its sequence number
+   */
+  static async appendIn(trx: Kysely<DB>, event: NewEvent, options: { deliveryId: () => string }): Promise<EventRecord> {
+    const row = await trx
+      .insertInto('events')
+      .values({
+        tenant_id: event.tenantId,
+        type: event.type,
+        sandbox_id: event.sandboxId,
+        snapshot_id: event.snapshotId,
+        reason: event.reason,
+        actor: event.actor,
+        message: event.message,
+        data: JSON.stringify(event.data),
+        at: event.at,
+      })
+      .returning('seq')
+      .executeTakeFirstOrThrow();
+    const seq = Number(row.seq);
+    const hooks = await trx.selectFrom('webhooks').selectAll().where('tenant_id', '=', event.tenantId).execute();
+    const wanted = hooks.map(toWebhook).filter((h) => h.types === null || h.types.includes(event.type));
+    if (wanted.length > 0) {
+      await trx
+        .insertInto('webhook_deliveries')
+        .values(
+          wanted.map((h) => ({
+            id: options.deliveryId(),
+            webhook_id: h.id,
+            event_seq: seq,
+            state: 'pending',
+            attempts: 0,
+            next_attempt_at: event.at,
+            last_status: null,
+            last_error: null,
+            updated_at: event.at,
+          })),
+        )
+        .execute();
+    }
+    return { ...event, seq };
   }
 
   /** Events of `tenantId` after `afterSeq`, oldest first, filtered by sandbox and types. */

@@ -139,6 +139,17 @@ function toRecord(row: Selectable<SandboxesTable>): SandboxRecord {
   };
 }
 
+/**
+ * Observer of sandbox state changes, called inside the transaction of the write that makes the change, with the
+ * row before and after (null: removed). Whatever it writes through `trx` commits or rolls back with the change.
+ * @returns a callback run after the commit (for example to publish the stored event), or null
+ */
+export type TransitionHook = (
+  trx: Kysely<DB>,
+  before: SandboxRecord,
+  after: SandboxRecord | null,
+) => Promise<(() => void) | null>;
+
 /** Sandbox rows. Every tenant-facing query filters by tenant; `*AcrossTenants` methods are for the reconciler. */
 export class SandboxStore {
   /**
@@ -149,8 +160,22 @@ export class SandboxStore {
     readonly quotas: QuotaStore = new QuotaStore(db),
   ) {}
 
-  /** Called after each state change a write makes (the event recorder sets this); null: nobody listens. */
-  onTransition: ((before: SandboxRecord, after: SandboxRecord | null) => void) | null = null;
+  /**
+   * Called for each state change a write makes, INSIDE the write's transaction (the event recorder sets this and
+   * appends the event there, so a crash keeps both or neither); null: nobody listens. See {@link TransitionHook}.
+   */
+  onTransition: TransitionHook | null = null;
+
+  /** Run each hook's after-commit callback; a throwing callback must not turn a committed write into an error. */
+  private static published(callbacks: ReadonlyArray<(() => void) | null>): void {
+    for (const callback of callbacks) {
+      try {
+        callback?.();
+      } catch {
+        // The write is committed; a listener's failure is its own.
+      }
+    }
+  }
 
   /**
    * Insert a new sandbox and its labels in one transaction, within the tenant's quotas.
@@ -204,7 +229,12 @@ export class SandboxStore {
 
   /** The sandbox `id` of `tenantId`, or null (also for another tenant's id). */
   async get(tenantId: string, id: string): Promise<SandboxRecord | null> {
-    const row = await this.db
+    return SandboxStore.getIn(this.db, tenantId, id);
+  }
+
+  /** {@link get} on `db` (a transaction, to read inside it). */
+  private static async getIn(db: Kysely<DB>, tenantId: string, id: string): Promise<SandboxRecord | null> {
+    const row = await db
       .selectFrom('sandboxes')
       .selectAll()
       .where('tenant_id', '=', tenantId)
@@ -258,11 +288,12 @@ export class SandboxStore {
     patch: SandboxPatch,
     updatedAt: string,
   ): Promise<SandboxRecord | null> {
-    const before = patch.state !== undefined && this.onTransition !== null ? await this.get(tenantId, id) : null;
+    const hook = patch.state !== undefined ? this.onTransition : null;
     // Leaving paused or stopped for `resuming` takes a running slot: checked with the write, under the quota lock.
-    const result = await this.db.transaction().execute(async (trx) => {
+    const outcome = await this.db.transaction().execute(async (trx) => {
       if (patch.state === 'resuming') await this.quotas.guard(trx, tenantId, { running: 1 });
-      return trx
+      const before = hook === null ? null : await SandboxStore.getIn(trx, tenantId, id);
+      const result = await trx
         .updateTable('sandboxes')
         .set({
           ...(patch.state === undefined ? {} : { state: patch.state }),
@@ -290,11 +321,17 @@ export class SandboxStore {
         .where('id', '=', id)
         .where('version', '=', expectedVersion)
         .executeTakeFirst();
+      if (Number(result.numUpdatedRows) !== 1) return null;
+      const after = await SandboxStore.getIn(trx, tenantId, id);
+      const publish =
+        hook !== null && before !== null && after !== null && before.state !== after.state
+          ? await hook(trx, before, after)
+          : null;
+      return { after, publish };
     });
-    if (Number(result.numUpdatedRows) !== 1) return null;
-    const after = await this.get(tenantId, id);
-    if (before !== null && after !== null && before.state !== after.state) this.onTransition?.(before, after);
-    return after;
+    if (outcome === null) return null;
+    SandboxStore.published([outcome.publish]);
+    return outcome.after;
   }
 
   /**
@@ -307,15 +344,14 @@ export class SandboxStore {
     updatedAt: string,
   ): Promise<SandboxRecord[] | null> {
     const fenced = new Error('fenced');
-    const before: SandboxRecord[] = [];
-    if (this.onTransition !== null) {
-      for (const row of rows) {
-        const record = await this.get(row.tenantId, row.id);
-        if (record !== null) before.push(record);
-      }
-    }
+    const hook = this.onTransition;
     try {
-      await this.db.transaction().execute(async (trx) => {
+      const { updated, publish } = await this.db.transaction().execute(async (trx) => {
+        const before: SandboxRecord[] = [];
+        for (const row of rows) {
+          const record = hook === null ? null : await SandboxStore.getIn(trx, row.tenantId, row.id);
+          if (record !== null) before.push(record);
+        }
         for (const row of rows) {
           const result = await trx
             .updateTable('sandboxes')
@@ -332,30 +368,36 @@ export class SandboxStore {
             .executeTakeFirst();
           if (Number(result.numUpdatedRows) !== 1) throw fenced;
         }
+        const updated: SandboxRecord[] = [];
+        const publish: Array<(() => void) | null> = [];
+        for (const row of rows) {
+          const record = await SandboxStore.getIn(trx, row.tenantId, row.id);
+          if (record === null) throw fenced;
+          updated.push(record);
+          const previous = before.find((b) => b.id === record.id);
+          if (hook !== null && previous !== undefined && previous.state !== record.state)
+            publish.push(await hook(trx, previous, record));
+        }
+        return { updated, publish };
       });
+      SandboxStore.published(publish);
+      return updated;
     } catch (error) {
       if (error === fenced) return null;
       throw error;
     }
-    const updated: SandboxRecord[] = [];
-    for (const row of rows) {
-      const record = await this.get(row.tenantId, row.id);
-      if (record === null) return null;
-      updated.push(record);
-      const previous = before.find((b) => b.id === record.id);
-      if (previous !== undefined && previous.state !== record.state) this.onTransition?.(previous, record);
-    }
-    return updated;
   }
 
   /** Remove the row and its labels. Idempotent. */
   async remove(tenantId: string, id: string): Promise<void> {
-    const before = this.onTransition === null ? null : await this.get(tenantId, id);
-    await this.db.transaction().execute(async (trx) => {
+    const hook = this.onTransition;
+    const publish = await this.db.transaction().execute(async (trx) => {
+      const before = hook === null ? null : await SandboxStore.getIn(trx, tenantId, id);
       await trx.deleteFrom('sandbox_labels').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
       await trx.deleteFrom('sandboxes').where('tenant_id', '=', tenantId).where('id', '=', id).execute();
+      return hook !== null && before !== null ? hook(trx, before, null) : null;
     });
-    if (before !== null) this.onTransition?.(before, null);
+    SandboxStore.published([publish]);
   }
 
   /** Whether any sandbox of `tenantId` uses template `name`. */
