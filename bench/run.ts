@@ -83,7 +83,15 @@ async function main(): Promise<void> {
       }
       if (wants('core')) rows.push(...(await benchCore(conn, raw)));
       if (wants('exec')) rows.push(...(await benchExec(conn, raw, { iterations, log })));
-      if (wants('files')) rows.push(...(await benchFiles(conn, { quick, workDir: work, log })));
+      if (wants('files'))
+        rows.push(
+          ...(await benchFiles(conn, {
+            quick,
+            workDir: work,
+            log,
+            rootDirOf: (id) => server.burrow.driver.rootDir(id),
+          })),
+        );
       if (wants('persistence')) {
         const persistence = await benchPersistence(conn, raw, { iterations, workDir: join(work, 'images'), log });
         rows.push(...persistence.rows);

@@ -77,6 +77,20 @@ describe('files on a real sandbox', () => {
     expect(hash.digest('hex')).toBe(await digest);
   });
 
+  it('writeFromFile and readToFile move a local file up and down binary exact; a missing one is FileNotFoundError', async () => {
+    const local = join(localDir, 'up.bin');
+    const bytes = randomBytes(5 * 1024 * 1024 + 7);
+    await writeFile(local, bytes);
+    const info = await sandbox.files.writeFromFile('/root/from-file.bin', local, { mode: 0o600 });
+    expect(info).toMatchObject({ sizeBytes: bytes.length, mode: 0o600 });
+    const back = join(localDir, 'down.bin');
+    expect(await sandbox.files.readToFile('/root/from-file.bin', back)).toEqual({ sizeBytes: bytes.length });
+    expect((await readFile(back)).equals(bytes)).toBe(true);
+    await expect(sandbox.files.readToFile('/root/missing.bin', join(localDir, 'x'))).rejects.toMatchObject({
+      code: 'file_not_found',
+    });
+  });
+
   it('writeMany, exists, chmod, stat with symlink target, seen by code inside', async () => {
     const items = await sandbox.files.writeMany([
       { path: '/root/many/a.sh', data: '#!/bin/sh\necho from-a\n', mode: 0o755 },

@@ -143,6 +143,28 @@ describe('extractArchive', () => {
     expect(await readFile(join(outside, 'canary'), 'utf8')).toBe(CANARY);
   });
 
+  it('creates new files with their exact mode and replaces existing ones; a planted file symlink stays untouched', async () => {
+    await mkdir(join(root, 'home/z'));
+    await writeFile(join(root, 'home/z/old.txt'), 'old contents, longer than the new ones', { mode: 0o600 });
+    await symlink(join(outside, 'canary'), join(root, 'home/z/link.txt'));
+    const archive = tarOf([
+      { header: { path: 'old.txt', type: 'File', mode: 0o755 }, body: Buffer.from('new') },
+      { header: { path: 'fresh.txt', type: 'File', mode: 0o666 }, body: Buffer.from('fresh') },
+      { header: { path: 'tight.txt', type: 'File', mode: 0o400 }, body: Buffer.from('tight') },
+      { header: { path: 'link.txt', type: 'File' }, body: Buffer.from('pwned') },
+    ]);
+    const res = await extractArchive(fs, '/home/z', Readable.from([archive]));
+    expect(res.files).toBe(3);
+    expect(await readFile(join(root, 'home/z/old.txt'), 'utf8')).toBe('new');
+    expect((await stat(join(root, 'home/z/old.txt'))).mode & 0o7777).toBe(0o755);
+    // 0o666 survives whatever the process umask is.
+    expect((await stat(join(root, 'home/z/fresh.txt'))).mode & 0o7777).toBe(0o666);
+    expect((await stat(join(root, 'home/z/tight.txt'))).mode & 0o7777).toBe(0o400);
+    expect((await stat(join(root, 'home/z/fresh.txt'))).mtime.getTime()).toBe(0);
+    expect(res.issues.find((i) => i.path === 'link.txt')?.reason).toMatch(/symlink/);
+    expect(await readFile(join(outside, 'canary'), 'utf8')).toBe(CANARY);
+  });
+
   it('answers invalid_request for a corrupt archive', async () => {
     const bad = Buffer.alloc(2048, 7);
     const err = await extractArchive(fs, '/home/z', Readable.from([bad])).catch((e: unknown) => e);

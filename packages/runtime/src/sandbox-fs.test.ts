@@ -62,6 +62,29 @@ describe('SandboxFs basics', () => {
     expect(names.filter((n) => n.includes('burrow-'))).toEqual([]);
   });
 
+  it('streams a multi-MiB write in uneven chunks binary exact (overlapping writes stay in order)', async () => {
+    // 5 MiB + 3 in pieces of 1..64 KiB: several batches of about 1 MiB, each written while the next is gathered.
+    const data = Buffer.alloc(5 * 1024 * 1024 + 3);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 7919) % 251;
+    const pieces: Buffer[] = [];
+    for (let off = 0, n = 1; off < data.length; n = (n * 31 + 17) % 65_536 || 1) {
+      pieces.push(data.subarray(off, off + n));
+      off += n;
+    }
+    const info = await fs.write('/big.bin', Readable.from(pieces));
+    expect(info.sizeBytes).toBe(data.length);
+    expect((await readAll('/big.bin')).equals(data)).toBe(true);
+  });
+
+  it('a source failing mid-write leaves no file and no temporary behind', async () => {
+    async function* failing() {
+      yield Buffer.alloc(3 * 1024 * 1024, 1);
+      throw new Error('client went away');
+    }
+    await expect(fs.write('/half.bin', Readable.from(failing()))).rejects.toThrow();
+    expect((await fs.list('/')).map((e) => e.name).filter((n) => n.includes('half'))).toEqual([]);
+  });
+
   it('mkdir -p, rename, remove with and without recursive', async () => {
     await fs.mkdir('/x/y/z');
     await fs.mkdir('/x/y/z');

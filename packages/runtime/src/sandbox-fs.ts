@@ -325,34 +325,58 @@ export class SandboxFs {
 
 /**
  * Write everything `source` yields to `fh` at its position, gathering small chunks (network reads are often 64 KiB)
- * into writes of about {@link IO_CHUNK_BYTES}. Holds at most one such batch in memory.
+ * into writes of about {@link IO_CHUNK_BYTES}. One write is in flight on the thread pool while the next batch is
+ * gathered (receiving and writing overlap), so at most two batches are in memory. A failed write (for example
+ * `ENOSPC`) stops reading `source` at the next batch and is thrown.
+ * @returns the bytes written
  */
 export async function writeCoalesced(fh: FileHandle, source: AsyncIterable<unknown>): Promise<number> {
   let batch: Buffer[] = [];
   let batchBytes = 0;
   let total = 0;
-  const flush = async () => {
-    if (batchBytes === 0) return;
+  let inFlight: Promise<void> | null = null;
+  const writeAll = async (buffers: Buffer[], bytes: number) => {
     let written = 0;
-    while (written < batchBytes) {
-      const { bytesWritten } = await fh.writev(written === 0 ? batch : [Buffer.concat(batch).subarray(written)]);
+    while (written < bytes) {
+      const { bytesWritten } = await fh.writev(written === 0 ? buffers : [Buffer.concat(buffers).subarray(written)]);
       written += bytesWritten;
     }
-    total += batchBytes;
+  };
+  const flush = async () => {
+    if (batchBytes === 0) return;
+    const buffers = batch;
+    const bytes = batchBytes;
     batch = [];
     batchBytes = 0;
+    // Sequential writes at the file position: the previous one must finish before the next starts.
+    if (inFlight !== null) await inFlight;
+    inFlight = writeAll(buffers, bytes);
+    // Observed by the next flush or the final await; never an unhandled rejection meanwhile.
+    inFlight.catch(() => undefined);
+    total += bytes;
   };
-  for await (const chunk of source) {
-    const buf = Buffer.isBuffer(chunk)
-      ? chunk
-      : typeof chunk === 'string'
-        ? Buffer.from(chunk)
-        : Buffer.from((chunk as Uint8Array).buffer, (chunk as Uint8Array).byteOffset, (chunk as Uint8Array).byteLength);
-    batch.push(buf);
-    batchBytes += buf.length;
-    if (batchBytes >= IO_CHUNK_BYTES) await flush();
+  try {
+    for await (const chunk of source) {
+      const buf = Buffer.isBuffer(chunk)
+        ? chunk
+        : typeof chunk === 'string'
+          ? Buffer.from(chunk)
+          : Buffer.from(
+              (chunk as Uint8Array).buffer,
+              (chunk as Uint8Array).byteOffset,
+              (chunk as Uint8Array).byteLength,
+            );
+      batch.push(buf);
+      batchBytes += buf.length;
+      if (batchBytes >= IO_CHUNK_BYTES) await flush();
+    }
+    await flush();
+    if (inFlight !== null) await inFlight;
+  } catch (err) {
+    // The caller closes `fh`: no write may still be running on it.
+    await (inFlight as Promise<void> | null)?.catch(() => undefined);
+    throw err;
   }
-  await flush();
   return total;
 }
 

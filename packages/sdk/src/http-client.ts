@@ -93,6 +93,34 @@ export class HttpClient {
     return response;
   }
 
+  /**
+   * Node.js only: sends a request without a body through node:http and returns the 2xx response as a Node stream
+   * (no web-stream conversion: about half the client CPU of `fetch` for large downloads). Throws the mapped
+   * {@link BurrowError} otherwise. `undefined` when the client uses a custom `fetch` or does not run on Node.
+   */
+  async sendNode(
+    method: string,
+    path: string,
+    options: Pick<RequestOptions, 'query' | 'headers' | 'signal'> = {},
+  ): Promise<import('node:http').IncomingMessage | undefined> {
+    if (!isNodeFetch(this.connection.fetch)) return undefined;
+    const headers: Record<string, string> = { ...this.authHeaders(), ...options.headers };
+    let res: import('node:http').IncomingMessage;
+    try {
+      res = await nodeHttpRequest(method, this.url(path, options.query), headers, undefined, options.signal);
+    } catch (err) {
+      throw this.networkError(err, options.signal);
+    }
+    const status = res.statusCode ?? 0;
+    if (status >= 200 && status < 300) return res;
+    const chunks: Buffer[] = [];
+    for await (const chunk of res) chunks.push(chunk as Buffer);
+    const requestId = res.headers['x-request-id'];
+    return Promise.reject(
+      errorFromBody(Buffer.concat(chunks).toString('utf8'), status, typeof requestId === 'string' ? requestId : ''),
+    );
+  }
+
   /** Sends a request and parses the JSON response with a contract schema. */
   async json<S extends z.ZodType>(
     schema: S,
@@ -133,27 +161,47 @@ async function sendStreamWithNodeHttp(
   body: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
   signal: AbortSignal | undefined,
 ): Promise<Response> {
+  const { Readable } = await import('node:stream');
+  const res = await nodeHttpRequest(method, url, { ...headers, 'transfer-encoding': 'chunked' }, body, signal);
+  const responseHeaders = new Headers();
+  for (const [key, value] of Object.entries(res.headers)) {
+    if (typeof value === 'string') responseHeaders.set(key, value);
+    else if (Array.isArray(value)) for (const v of value) responseHeaders.append(key, v);
+  }
+  const status = res.statusCode ?? 0;
+  const stream = status === 204 ? null : (Readable.toWeb(res) as unknown as ReadableStream<Uint8Array>);
+  if (status === 204) res.resume();
+  return new Response(stream, { status, headers: responseHeaders });
+}
+
+/**
+ * One request with node:http: the body (if any) is piped with backpressure; a Node `Readable` is piped as it is (no
+ * re-wrapping: one hop per chunk). Resolves with the response as soon as its head arrives.
+ */
+async function nodeHttpRequest(
+  method: string,
+  url: URL,
+  headers: Record<string, string>,
+  body: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array> | undefined,
+  signal: AbortSignal | undefined,
+): Promise<import('node:http').IncomingMessage> {
   const http = await import(url.protocol === 'https:' ? 'node:https' : 'node:http');
   const { Readable } = await import('node:stream');
   const { pipeline } = await import('node:stream/promises');
-  const source =
-    body instanceof ReadableStream
-      ? Readable.fromWeb(body as import('node:stream/web').ReadableStream<Uint8Array>)
-      : Readable.from(body);
-  return new Promise<Response>((resolve, reject) => {
-    const request = http.request(url, { method, headers: { ...headers, 'transfer-encoding': 'chunked' }, signal });
-    request.on('response', (res: import('node:http').IncomingMessage) => {
-      const responseHeaders = new Headers();
-      for (const [key, value] of Object.entries(res.headers)) {
-        if (typeof value === 'string') responseHeaders.set(key, value);
-        else if (Array.isArray(value)) for (const v of value) responseHeaders.append(key, v);
-      }
-      const status = res.statusCode ?? 0;
-      const stream = status === 204 ? null : (Readable.toWeb(res) as unknown as ReadableStream<Uint8Array>);
-      if (status === 204) res.resume();
-      resolve(new Response(stream, { status, headers: responseHeaders }));
-    });
+  return new Promise((resolve, reject) => {
+    const request = http.request(url, { method, headers, signal });
+    request.on('response', resolve);
     request.on('error', reject);
+    if (body === undefined) {
+      request.end();
+      return;
+    }
+    const source =
+      body instanceof Readable
+        ? body
+        : body instanceof ReadableStream
+          ? Readable.fromWeb(body as import('node:stream/web').ReadableStream<Uint8Array>)
+          : Readable.from(body);
     pipeline(source, request).catch(reject);
   });
 }
