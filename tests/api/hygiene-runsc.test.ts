@@ -1,11 +1,12 @@
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SandboxInspection } from '@burrow/contract';
 import { GvisorDriver } from '@burrow/runtime-gvisor';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { loopDevicesUnder, mountsUnder } from '../../packages/runtime-gvisor/src/host-plumbing.js';
+import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from '../../packages/runtime-gvisor/src/host-plumbing.js';
+import { RunscCli } from '../../packages/runtime-gvisor/src/runsc-cli.js';
 import { type Burrow, createBurrow, loadConfig } from '../../packages/server/src/main.js';
 import { GvisorTemplateBuilder } from '../../packages/server/src/node/gvisor-template-builder.js';
 
@@ -159,5 +160,33 @@ describe('hygiene over the real GvisorDriver', () => {
     }
     expect(metrics.text).toMatch(/burrow_disk_bytes\{tenant="default"\} [1-9]/);
     expect(metrics.text).toMatch(/burrow_operation_duration_seconds_count\{operation="reset"\} [1-9]/);
+  }, 120_000);
+
+  test('a sandbox whose sentry is killed goes to error with its host runtime released, and starts again with its files', async () => {
+    // Found by the chaos test: the row went to error but the dead runtime's container record, mounts, loop
+    // device and cgroups stayed until a delete.
+    await exec('echo survives > /root/after-kill && sync');
+    const runsc = new RunscCli('runsc', join(dataDir, 'runsc'), 'systrap');
+    const sentry = (await runsc.state(id))?.pid ?? -1;
+    expect(sentry).toBeGreaterThan(0);
+    process.kill(sentry, 'SIGKILL');
+    for (let i = 0; i < 100 && (await readFile(`/proc/${sentry}/stat`).catch(() => null)) !== null; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const report = await burrow.reconciler.reconcileOnce();
+    expect(report.markedError).toContain(id);
+    const row = await call('GET', `/sandboxes/${id}`);
+    expect(row.body.state).toBe('error');
+    const dir = join(dataDir, 'sandboxes', id);
+    expect({
+      container: await runsc.state(id),
+      mounts: await mountsUnder(dir),
+      loops: await loopDevicesUnder(dir),
+      cgroups: await findSandboxCgroups('/sys/fs/cgroup', id),
+    }).toEqual({ container: null, mounts: [], loops: [], cgroups: [] });
+    const started = await call('POST', `/sandboxes/${id}/start`);
+    expect(started.status, JSON.stringify(started.body)).toBe(200);
+    expect(started.body.state).toBe('running');
+    expect(await exec('cat /root/after-kill')).toBe('survives\n');
   }, 120_000);
 });

@@ -396,8 +396,8 @@ export class GvisorDriver implements RuntimeDriver {
         reason: oom ? 'OOMKilled' : 'SandboxExited',
         message: oom
           ? 'the sandbox stopped: it ran out of memory (its memory limit was reached, often by a runaway or forking ' +
-            'workload); delete it and create one with a larger memoryMiB'
-          : 'the sandbox stopped unexpectedly (its gVisor kernel exited); delete it and create a new one',
+            'workload); start it again (its disk is kept) or create one with a larger memoryMiB'
+          : 'the sandbox stopped unexpectedly (its gVisor kernel exited); start it again (its disk is kept) or delete it',
       });
     }
     return { status: 'stopped', events };

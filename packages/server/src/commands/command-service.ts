@@ -105,7 +105,10 @@ export class CommandService {
       const sandbox = await this.deps.sandboxes.requireRunning(caller.tenantId, id);
       if (sandbox.state !== 'running') {
         throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
-          hint: sandbox.state === 'error' ? 'delete it and create a new one' : 'resume or start it, then retry',
+          hint:
+            sandbox.state === 'error'
+              ? 'start it again (its disk and files are kept) or delete it'
+              : 'resume or start it, then retry',
         });
       }
       return { sandbox, fs: new SandboxFs(this.deps.driver.rootDir(id)) };

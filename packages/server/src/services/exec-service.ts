@@ -85,7 +85,10 @@ export class ExecService {
       const sandbox = await this.deps.sandboxes.requireRunning(caller.tenantId, id);
       if (sandbox.state !== 'running') {
         throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
-          hint: sandbox.state === 'error' ? 'delete it and create a new one' : 'wait until it runs, then retry',
+          hint:
+            sandbox.state === 'error'
+              ? 'start it again (its disk and files are kept) or delete it'
+              : 'wait until it runs, then retry',
         });
       }
       const user =
@@ -112,7 +115,7 @@ export class ExecService {
         const refreshed = await this.deps.sandboxes.refresh(sandbox).catch(() => sandbox);
         if (refreshed.state !== 'running') {
           throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${refreshed.state}, not running`, {
-            hint: 'delete it and create a new one',
+            hint: 'start it again (its disk and files are kept) or delete it',
             cause: error,
           });
         }

@@ -135,13 +135,15 @@ export class PersistenceService {
     });
   }
 
-  /** Boot a stopped sandbox fresh on its disk. @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `runtime_error` */
+  /** Boot a stopped sandbox (or one in error, whose runtime ended) fresh on its disk. @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `runtime_error` */
   async start(caller: Principal, id: string): Promise<Sandbox> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.deps.service.require(caller.tenantId, id);
       if (record.state === 'running') return toSandbox(record);
       if (record.state === 'paused') return toSandbox(await this.resumeUnderLock(record));
-      this.expectState(record, ['stopped'], 'start');
+      this.expectState(record, ['stopped', 'error'], 'start');
+      // An error row's runtime ended; release whatever of it is left (idempotent) before booting on its disk.
+      if (record.state === 'error') await this.deps.driver.stop(id).catch(() => undefined);
       const starting = await this.write(record, { state: 'resuming', desiredState: 'running' });
       try {
         await this.deps.driver.create(await this.createOptions(starting));

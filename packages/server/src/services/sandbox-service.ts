@@ -343,6 +343,16 @@ export class SandboxService {
     let state: SandboxState = record.state;
     if (observed.status !== 'running') {
       state = 'error';
+      if (observed.status !== 'missing') {
+        // The runtime ended (its sentry was killed, its init exited): release what it still holds on the host
+        // (processes left in its cgroups, the runsc record, mounts, loop device, cgroups) before the row says
+        // error; the disk is kept, so a start boots it again with its files.
+        await this.deps.driver
+          .stop(record.id)
+          .catch((error: unknown) =>
+            this.deps.logger.warn({ err: error, sandboxId: record.id }, 'releasing an exited sandbox failed'),
+          );
+      }
       added.push({
         type: 'Ready',
         status: 'false',
@@ -350,7 +360,7 @@ export class SandboxService {
         message:
           observed.status === 'missing'
             ? 'the container is gone from the host; delete the sandbox and create a new one'
-            : 'the sandbox init process ended; delete the sandbox and create a new one',
+            : 'the sandbox runtime ended; its disk is kept: start it again (POST /v1/sandboxes/{id}/start) or delete it',
         at,
       });
     }
