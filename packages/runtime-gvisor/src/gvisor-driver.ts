@@ -31,6 +31,7 @@ import {
   cgroupDirs,
   createDiskImage,
   detachLoopDevices,
+  goferGone,
   killCgroupProcesses,
   loopDevicesUnder,
   mountDiskImage,
@@ -379,7 +380,12 @@ export class GvisorDriver implements RuntimeDriver {
     // A complete pause image wins: runsc reports the killed sentry as running until it is reaped.
     if (await this.checkpointer.isPaused(sandboxId)) return { status: 'paused', events };
     const state = await this.runsc.state(sandboxId);
-    if (state?.status === 'running' || state?.status === 'paused' || state?.status === 'created') {
+    // A killed gofer leaves a sentry that runsc reports running but that can open no file: the runtime ended.
+    const noGofer =
+      state?.status === 'running' &&
+      state.pid > 0 &&
+      (await goferGone(join(this.cgroupRoot, 'pids', this.cgroupParent, sandboxId), state.pid));
+    if (!noGofer && (state?.status === 'running' || state?.status === 'paused' || state?.status === 'created')) {
       if (state.pid > 0) await preferStubsForOomKill(state.pid);
       return { status: 'running', events };
     }
@@ -393,11 +399,14 @@ export class GvisorDriver implements RuntimeDriver {
       if (detail) this.logger?.warn({ sandboxId, runscLog: detail }, 'sandbox exited');
       events.push({
         type: 'RuntimeExited',
-        reason: oom ? 'OOMKilled' : 'SandboxExited',
-        message: oom
-          ? 'the sandbox stopped: it ran out of memory (its memory limit was reached, often by a runaway or forking ' +
-            'workload); start it again (its disk is kept) or create one with a larger memoryMiB'
-          : 'the sandbox stopped unexpectedly (its gVisor kernel exited); start it again (its disk is kept) or delete it',
+        reason: noGofer ? 'GoferExited' : oom ? 'OOMKilled' : 'SandboxExited',
+        message: noGofer
+          ? "the sandbox's file server (its gVisor gofer) exited, so it could open no file; start it again (its " +
+            'disk is kept) or delete it'
+          : oom
+            ? 'the sandbox stopped: it ran out of memory (its memory limit was reached, often by a runaway or forking ' +
+              'workload); start it again (its disk is kept) or create one with a larger memoryMiB'
+            : 'the sandbox stopped unexpectedly (its gVisor kernel exited); start it again (its disk is kept) or delete it',
       });
     }
     return { status: 'stopped', events };

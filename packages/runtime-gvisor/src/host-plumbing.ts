@@ -139,6 +139,28 @@ export async function killCgroupProcesses(cgroupDir: string): Promise<void> {
   }
 }
 
+/**
+ * Whether the gofer of a running sandbox is gone: its pids cgroup (`pidsCgroupDir`) holds the sentry
+ * (`sentryPid`) but no process with a `gofer` argument. Without a gofer the sentry can open no file (every exec
+ * fails) though runsc still reports it running.
+ * @returns false when it cannot tell (the cgroup is unreadable or does not hold the sentry)
+ */
+export async function goferGone(pidsCgroupDir: string, sentryPid: number): Promise<boolean> {
+  const text = await readFile(join(pidsCgroupDir, 'cgroup.procs'), 'utf8').catch(() => null);
+  if (text === null) return false;
+  const pids = text
+    .split('\n')
+    .map((line) => Number.parseInt(line, 10))
+    .filter((pid) => Number.isInteger(pid) && pid > 1);
+  if (!pids.includes(sentryPid)) return false;
+  for (const pid of pids) {
+    if (pid === sentryPid) continue;
+    const argv = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (argv.split('\0').includes('gofer')) return false;
+  }
+  return true;
+}
+
 /** Remove cgroup directories (they must hold no tasks). Errors are left for the caller's verification. */
 export async function removeCgroupDirs(dirs: readonly string[]): Promise<void> {
   for (const dir of dirs) await rmdir(dir).catch(() => undefined);
