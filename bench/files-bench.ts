@@ -1,11 +1,11 @@
 /**
  * Issue 5's numbers: upload and download MB/s of one large file (2 GiB; 256 MiB with --quick) streamed through the
- * server (SDK `writeFromFile` / `readToFile`), and of a tree of 10,000 small files as a tar (packed and unpacked on
+ * server (SDK `writeFromFile` / `readToFile`, run in a client process of its own as an agent's would be), and of a tree of 10,000 small files as a tar (packed and unpacked on
  * the client by the system `tar`, as the baseline); against host `cp` and `tar | tar` on the same disk, and `dd` into
  * the sandbox's own mounted disk (the ceiling of the loop-mounted ext4 under overlayfs), in the same run. Each metric
  * names the 1-minute load average at its end: the machine is shared, and a loaded host slows every column.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, readFileSync } from 'node:fs';
 import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
@@ -15,6 +15,7 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { Sandbox } from '@burrow/sdk';
 import type { ExecRow } from './exec-bench.js';
+import type { ClientReply, ClientRequest } from './files-client.js';
 import { summarize, time } from './stats.js';
 
 const TREE_FILES = 10_000;
@@ -52,12 +53,13 @@ export async function benchFiles(
   const treeUp: number[] = [];
   const treeDown: number[] = [];
   const hostTar: number[] = [];
+  const client = await startClient(conn, sandbox.id);
   try {
     for (let i = 0; i < samples; i++) {
       options.log(`files: large file ${i + 1}/${samples} (${bigBytes} bytes)`);
-      up.push(await time(() => sandbox.files.writeFromFile('/root/big.bin', bigFile)));
+      up.push(await client.transfer({ op: 'upload', remotePath: '/root/big.bin', localPath: bigFile }));
       const copy = join(work, 'big.down');
-      down.push(await time(() => sandbox.files.readToFile('/root/big.bin', copy)));
+      down.push(await client.transfer({ op: 'download', remotePath: '/root/big.bin', localPath: copy }));
       if ((await stat(copy)).size !== bigBytes) throw new Error('downloaded size differs');
       await rm(copy);
       await sandbox.files.remove('/root/big.bin');
@@ -104,6 +106,7 @@ export async function benchFiles(
       await rm(hostCopy, { recursive: true });
     }
   } finally {
+    client.close();
     await sandbox.delete().catch(() => undefined);
     await rm(work, { recursive: true, force: true });
   }
@@ -154,6 +157,42 @@ export async function benchFiles(
       'baseline for the upload row',
     ),
   ];
+}
+
+/** Forks bench/files-client.ts connected to `sandboxId`; `transfer` answers the client's own duration in ms. */
+async function startClient(
+  conn: { apiUrl: string; apiKey: string },
+  sandboxId: string,
+): Promise<{ transfer(request: ClientRequest): Promise<number>; close(): void }> {
+  const child: ChildProcess = fork(
+    new URL('./files-client.ts', import.meta.url),
+    [conn.apiUrl, conn.apiKey, sandboxId],
+    {
+      execArgv: ['--import', 'tsx'],
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    },
+  );
+  const next = () =>
+    new Promise<number>((resolve, reject) => {
+      const onExit = (code: number | null) => reject(new Error(`files client exited (${code})`));
+      child.once('exit', onExit);
+      child.once('message', (reply: ClientReply) => {
+        child.off('exit', onExit);
+        if (reply.ok) resolve(reply.durationMs);
+        else reject(new Error(`files client: ${reply.message}`));
+      });
+    });
+  await next();
+  return {
+    transfer: (request) => {
+      const answer = next();
+      child.send(request);
+      return answer;
+    },
+    close: () => {
+      child.disconnect();
+    },
+  };
 }
 
 async function writeBigFile(path: string, sizeBytes: number): Promise<void> {
