@@ -70,6 +70,13 @@ describe('burrow exec -it', () => {
     await new Promise((r) => setTimeout(r, 500));
     tmux('send-keys', '-t', 'burrow', 'clear; stty size', 'Enter');
     await waitFor(() => screen().includes('40 120'), 'the resized size');
+    // Ctrl-C interrupts the foreground program (SIGINT must not be ignored in the sandbox: it once was, and the
+    // sleep ran on to exit 0).
+    tmux('send-keys', '-t', 'burrow', 'clear; sleep 30', 'Enter');
+    await new Promise((r) => setTimeout(r, 1000));
+    tmux('send-keys', '-t', 'burrow', 'C-c');
+    tmux('send-keys', '-t', 'burrow', 'echo "after-int=$?"', 'Enter');
+    await waitFor(() => screen().includes('after-int=130'), 'Ctrl-C to end the sleep', 10_000);
     tmux('send-keys', '-t', 'burrow', 'exit 7', 'Enter');
     await waitFor(() => screen().includes('cli-exit=7'), 'the CLI exit code');
   });

@@ -16,8 +16,16 @@ const MAX_FRAME_BYTES = 1024 * 1024;
 const START_TIMEOUT_MS = 10_000;
 /** How long a quiesce waits for the agent to drop its host sockets, in ms. */
 const QUIESCE_TIMEOUT_MS = 5_000;
+/** How long after its exit a command's output that nobody started reading is kept before it is discarded, in ms. */
+const UNREAD_OUTPUT_DRAIN_MS = 5_000;
 /** Keep the agent's frames flowing while the consumer holds less than this much output, in bytes. */
 const OUTPUT_HIGH_WATER_BYTES = 1024 * 1024;
+
+/**
+ * The agent could not take a command (it could not open the command's data connection, or all its slots are in
+ * use): nothing ran, so the caller may start it another way (the driver falls back to `runsc exec`).
+ */
+export class AgentStartError extends RuntimeError {}
 
 /** A frame from or to the agent: `[type u8][length u32 BE][payload]`. */
 interface Frame {
@@ -45,7 +53,7 @@ interface AgentEndpoint {
   /** Resolvers waiting for the control connection. */
   waiters: Array<(control: Socket | null) => void>;
   /** Data connections announced by the agent, by exec id. */
-  pending: Map<string, (socket: Socket, first: FrameReader) => void>;
+  pending: Map<string, { claim: (socket: Socket, first: FrameReader) => void; refuse: (reason: string) => void }>;
   /** Open data connections (ended on quiesce). */
   sockets: Set<Socket>;
 }
@@ -195,7 +203,12 @@ export class AgentHub {
     reader.onFrame = (frame) => {
       if (frame.type === 'A' && frame.payload.toString('latin1') === AGENT_PROTOCOL) {
         reader.onFrame = (next) => {
-          if (next.type !== 'q') socket.destroy();
+          if (next.type === 'N') {
+            // The agent could not connect the command's data connection: refuse at once instead of timing out.
+            endpoint.pending.get(next.payload.toString('latin1'))?.refuse('the exec agent could not connect back');
+          } else if (next.type !== 'q') {
+            socket.destroy();
+          }
         };
         endpoint.control?.destroy();
         endpoint.control = socket;
@@ -206,7 +219,7 @@ export class AgentHub {
         return;
       }
       const id = frame.payload.toString('latin1');
-      const claim = frame.type === 'H' ? endpoint.pending.get(id) : undefined;
+      const claim = frame.type === 'H' ? endpoint.pending.get(id)?.claim : undefined;
       if (!claim) {
         socket.destroy();
         return;
@@ -249,9 +262,16 @@ export class AgentHub {
           new RuntimeError(`the exec agent of ${sandboxId} did not start the command within ${START_TIMEOUT_MS} ms`),
         );
       }, START_TIMEOUT_MS);
-      endpoint.pending.set(id, (socket, reader) => {
-        clearTimeout(timer);
-        resolve({ socket, reader });
+      endpoint.pending.set(id, {
+        claim: (socket, reader) => {
+          clearTimeout(timer);
+          resolve({ socket, reader });
+        },
+        refuse: (reason) => {
+          clearTimeout(timer);
+          endpoint.pending.delete(id);
+          reject(new AgentStartError(`${reason} (${sandboxId})`));
+        },
       });
     });
     control.write(encodeFrame('E', Buffer.from(`${fields.join('\0')}\0`)));
@@ -277,9 +297,21 @@ function startedProcess(socket: Socket, reader: FrameReader, options: AgentExecO
     settle(exit);
   };
   const exited = exitFrame.then(async (exit) => {
-    // A stream nobody ever read is drained, so an unread stderr cannot hold the exit forever.
-    for (const stream of [stdout, stderr]) if (stream.readableFlowing === null) stream.resume();
+    // `exited` waits until both streams were read to their end. A stream nobody reads must not hold it forever,
+    // but its output must not be lost either: the exit frame often arrives in the same chunk as the pid, before
+    // the caller of exec() attached its 'data' listeners, and resume() without listeners discards data (the lost
+    // stdout of the conformance suite). So an unread stream is drained at once only when it holds nothing, and one
+    // still unread UNREAD_OUTPUT_DRAIN_MS after the exit is drained then.
+    const drainIfUnread = (emptyOnly: boolean): void => {
+      for (const stream of [stdout, stderr]) {
+        if (stream.readableFlowing === null && (!emptyOnly || stream.readableLength + stream.writableLength === 0))
+          stream.resume();
+      }
+    };
+    drainIfUnread(true);
+    const timer = setTimeout(() => drainIfUnread(false), UNREAD_OUTPUT_DRAIN_MS);
     await Promise.all([finished(stdout), finished(stderr)]).catch(() => undefined);
+    clearTimeout(timer);
     return exit;
   });
   const stdin = new Writable({
@@ -336,6 +368,9 @@ function startedProcess(socket: Socket, reader: FrameReader, options: AgentExecO
                 code: 'invalid_request',
               }),
             );
+          } else if (stage === 4) {
+            // The agent's own resources (slots, pipes, vfork): nothing ran.
+            reject(new AgentStartError(`the exec agent could not start the command (errno ${errno})`));
           } else {
             reject(new RuntimeError(`the exec agent could not start the command (stage ${stage}, errno ${errno})`));
           }

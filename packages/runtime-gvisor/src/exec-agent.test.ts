@@ -102,6 +102,22 @@ describe('exec agent (real runsc)', { timeout: 240_000 }, () => {
     expect(Buffer.concat(out).toString()).toBe('65534\n');
   });
 
+  it('starts commands with every signal at its default (a Ctrl-C / SIGINT ends them)', async () => {
+    // The init's shell starts the agent in the background, which ignores SIGINT and SIGQUIT; children must not
+    // inherit that (a PTY's Ctrl-C then did nothing and the command exited 0).
+    const script =
+      'import signal as s; print(s.getsignal(s.SIGINT) is s.default_int_handler, ' +
+      's.getsignal(s.SIGQUIT) == s.SIG_DFL, s.pthread_sigmask(s.SIG_BLOCK, []) == set())';
+    const status = await runInSandbox(driver, sandboxId, ['python3', '-c', script]);
+    expect(status.stdout.toString()).toBe('True True True\n');
+    const sleeper = await driver.exec(sandboxId, { argv: ['sleep', '30'], env: {}, cwd: '/' });
+    sleeper.stdout.resume();
+    sleeper.stderr.resume();
+    sleeper.stdin.end();
+    await sleeper.kill('SIGINT');
+    expect(await sleeper.exited).toEqual({ exitCode: null, signal: 'SIGINT' });
+  });
+
   it('kills the whole process group, and stdin flows both ways', async () => {
     const process = await driver.exec(sandboxId, {
       argv: ['sh', '-c', 'sleep 60 & sleep 60 & cat; wait'],

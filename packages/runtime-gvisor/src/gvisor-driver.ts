@@ -23,7 +23,7 @@ import {
   type SpawnOptions,
 } from '@burrow/runtime';
 import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
-import { AgentHub } from './agent-hub.js';
+import { AgentHub, AgentStartError } from './agent-hub.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
@@ -81,8 +81,9 @@ export interface GvisorDriverOptions {
   logger?: DriverLogger;
   /**
    * Run commands through the in-sandbox exec agent (docs/adr/0003); `false` makes every exec a `runsc exec`, as
-   * for sandboxes created without the agent. Experimental and off by default: with it on, execs right after a
-   * resume or fork can fail or wait out the agent's 10 s start limit (the checkpoint suite fails). @default false
+   * for sandboxes created without the agent (the off switch; the server's is `BURROW_EXEC_AGENT=0`). Until the
+   * agent of a just created, resumed or forked sandbox connected, exec uses `runsc exec` without waiting.
+   * @default true
    */
   execAgent?: boolean;
   /** Where the compiled agent is cached (content-addressed, shareable between data dirs). @default `${dataDir}/agent-cache` */
@@ -146,13 +147,13 @@ export class GvisorDriver implements RuntimeDriver {
       options.runscPath ?? 'runsc',
       options.stateDir ?? join(options.dataDir, 'runsc'),
       this.platform,
-      options.execAgent ?? false,
+      options.execAgent ?? true,
     );
     this.cgroupRoot = options.cgroupRoot ?? '/sys/fs/cgroup';
     this.maxProcesses = options.maxProcesses ?? 1024;
     this.cgroupParent = `${CGROUP_PARENT}/${createHash('sha256').update(resolve(options.dataDir)).digest('hex').slice(0, 12)}`;
     this.logger = options.logger;
-    this.execAgent = options.execAgent ?? false;
+    this.execAgent = options.execAgent ?? true;
     this.agentCacheDir = options.agentCacheDir ?? join(options.dataDir, 'agent-cache');
     this.checkpointer = new GvisorCheckpointer({
       runsc: this.runsc,
@@ -341,7 +342,15 @@ export class GvisorDriver implements RuntimeDriver {
     const paths = this.paths(sandboxId);
     if (options.signal?.aborted) throw abortError(options.signal);
     const control = await this.agentControl(sandboxId);
-    if (control !== null) return this.agents.exec(sandboxId, control, options);
+    if (control !== null) {
+      try {
+        return await this.agents.exec(sandboxId, control, options);
+      } catch (error) {
+        if (!(error instanceof AgentStartError)) throw error;
+        // Nothing ran: start it with runsc exec instead.
+        this.logger?.warn({ sandboxId, reason: error.message }, 'exec agent refused a command; using runsc exec');
+      }
+    }
     const tag = randomBytes(6).toString('hex');
     const process = await startSandboxProcess({
       runsc: this.runsc,

@@ -159,6 +159,12 @@ export interface RuntimeDriver extends PersistenceVerbs {
   inspectDisk?(sandboxId: string, options: InspectDiskOptions): Promise<DiskInspection>;
   /** Bytes the sandbox occupies on the host disk (allocated: disk image, pause image). Optional; 0 when gone. */
   diskUsageBytes?(sandboxId: string): Promise<number>;
+  /**
+   * Wait until exec in a just created or resumed sandbox takes its fast path (gVisor: the in-sandbox exec agent
+   * connected). Exec works before that too (slower); the warm pool waits so it hands out only ready sandboxes.
+   * Optional; resolves false after `timeoutMs` (driver default, a few seconds) or when there is no fast path.
+   */
+  execAgentReady?(sandboxId: string, timeoutMs?: number): Promise<boolean>;
 }
 
 /** What a checkpoint (pause, fork point, snapshot) wrote. */

@@ -49,7 +49,10 @@ export interface Config {
   runscPath: string;
   /** gVisor platform. @default 'systrap' (BURROW_PLATFORM) */
   platform: GvisorPlatform;
-  /** Run exec through the in-sandbox exec agent (experimental, docs/adr/0003). @default false (BURROW_EXEC_AGENT=1) */
+  /**
+   * Run exec through the in-sandbox exec agent (docs/adr/0003); off makes every exec a `runsc exec`.
+   * @default true (BURROW_EXEC_AGENT=0 turns it off)
+   */
   execAgent: boolean;
   /** pino level. @default 'info' (BURROW_LOG_LEVEL) */
   logLevel: string;
@@ -112,7 +115,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     databaseUrl: overrides.databaseUrl ?? env.BURROW_DATABASE_URL ?? join(dataDir, 'burrow.db'),
     runscPath: overrides.runscPath ?? env.BURROW_RUNSC ?? 'runsc',
     platform,
-    execAgent: overrides.execAgent ?? env.BURROW_EXEC_AGENT === '1',
+    execAgent: overrides.execAgent ?? env.BURROW_EXEC_AGENT !== '0',
     logLevel: overrides.logLevel ?? env.BURROW_LOG_LEVEL ?? 'info',
     bodyLimitBytes:
       overrides.bodyLimitBytes ?? intFrom(env.BURROW_BODY_LIMIT_BYTES, 'BURROW_BODY_LIMIT_BYTES', 16 * 1024 * 1024),

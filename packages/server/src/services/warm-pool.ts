@@ -363,6 +363,10 @@ export class WarmPool {
             resources: target.resources,
             hostname: record.hostname,
           });
+          // Hand out only sandboxes whose exec fast path is up (a claim's first exec then never falls back).
+          if ((await this.deps.driver.execAgentReady?.(id)) === false) {
+            this.deps.logger.warn({ sandboxId: id }, 'warm pool sandbox without a connected exec agent');
+          }
           const running = await this.deps.sandboxes.update(
             POOL_TENANT,
             id,
