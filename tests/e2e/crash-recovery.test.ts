@@ -8,34 +8,21 @@
  *
  * One sandbox is reused across all points, and each restart is armed with the next point, to keep this ~3-5 min.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { readdir } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { GvisorDriver } from '@burrow/runtime-gvisor';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from '../../packages/runtime-gvisor/src/host-plumbing.js';
-import { RunscCli } from '../../packages/runtime-gvisor/src/runsc-cli.js';
-import { TEST_TEMPLATES_DIR } from './burrow-test-server.js';
-
-const CLI_BIN = fileURLToPath(new URL('../../packages/cli/dist/bin.js', import.meta.url));
+import {
+  hostProblems,
+  removeDataDir,
+  type ServerProcess,
+  setupDataDir,
+  startServerProcess,
+  stopServerProcess,
+} from './server-process.js';
 
 /** A background HTTP server holding a counter in memory; every GET answers the next value. */
 const COUNTER_SERVER =
   'python3 -c \'import http.server\nn=0\nclass H(http.server.BaseHTTPRequestHandler):\n  def do_GET(s):\n    global n\n    n+=1\n    b=str(n).encode()\n    s.send_response(200); s.send_header("Content-Length",str(len(b))); s.end_headers(); s.wfile.write(b)\n  def log_message(s,*a): pass\nhttp.server.HTTPServer(("127.0.0.1",8080),H).serve_forever()\'';
 const ASK =
   'python3 -c \'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080", timeout=20).read().decode())\'';
-
-interface ServerProcess {
-  url: string;
-  /** What the server wrote to stderr (warnings and errors), for failure messages. */
-  log: () => string;
-  child: ChildProcess;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
 
 let dataDir = '';
 let adminKey = '';
@@ -48,39 +35,7 @@ let counter = 0;
 let step = 'setup';
 
 function startServer(crashAt: string | null): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [CLI_BIN, 'server', '--data-dir', dataDir], {
-    env: {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      BURROW_TEMPLATES_DIR: TEST_TEMPLATES_DIR,
-      BURROW_PORT: '0',
-      BURROW_WARM_POOL: 'none',
-      BURROW_LOG_LEVEL: process.env.BURROW_TEST_LOG ?? 'warn',
-      BURROW_RECONCILE_INTERVAL_MS: '1000',
-      ...(crashAt === null ? {} : { BURROW_TEST_CRASH_AT: crashAt }),
-    },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
-    child.on('exit', (code, signal) => done({ code, signal })),
-  );
-  return new Promise((ready, fail) => {
-    let stderr = '';
-    const timer = setTimeout(() => fail(new Error(`the server did not start in 90 s:\n${stderr}`)), 90_000);
-    child.stderr?.setEncoding('utf8');
-    child.stderr?.on('data', (chunk: string) => {
-      stderr += chunk;
-      if (process.env.BURROW_TEST_LOG) process.stderr.write(chunk);
-      const url = stderr.match(/listening on (http:\/\/\S+)/)?.[1];
-      if (url) {
-        clearTimeout(timer);
-        ready({ url, child, exited, log: () => stderr.slice(-4000) });
-      }
-    });
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      fail(new Error(`the server exited (${code ?? signal}) before listening:\n${stderr}`));
-    });
-  });
+  return startServerProcess({ dataDir, env: crashAt === null ? {} : { BURROW_TEST_CRASH_AT: crashAt } });
 }
 
 async function api(
@@ -136,9 +91,6 @@ async function crashAt(point: string, request: () => Promise<unknown>, next: str
 
 /** Host resources of every sandbox of this data dir, and the rows; fails on anything no row explains. */
 async function expectNoLeaks(): Promise<void> {
-  const sandboxesDir = join(dataDir, 'sandboxes');
-  const runsc = new RunscCli('runsc', join(dataDir, 'runsc'), 'systrap');
-  const cgroupParent = createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 12);
   let problems: string[] = [];
   // A pause drops the dead container's record in the background (this host reaps orphans every ~2 s).
   for (let attempt = 0; attempt < 40; attempt++) {
@@ -150,29 +102,7 @@ async function expectNoLeaks(): Promise<void> {
     for (const [id, state] of rows) {
       if (state !== 'running' && state !== 'paused') problems.push(`${id}: row left ${state}`);
     }
-    for (const id of await runsc.list()) if (rows.get(id) !== 'running') problems.push(`${id}: runsc container`);
-    for (const point of await mountsUnder(sandboxesDir)) {
-      const id = point.slice(sandboxesDir.length + 1).split('/')[0] ?? '';
-      if (rows.get(id) !== 'running') problems.push(`${id}: mount ${point}`);
-    }
-    for (const device of await loopDevicesUnder(sandboxesDir)) {
-      const backing = readFileSync(`/sys/block/${device.slice(5)}/loop/backing_file`, 'utf8');
-      const id = backing.slice(sandboxesDir.length + 1).split('/')[0] ?? '';
-      if (rows.get(id) !== 'running') problems.push(`${id}: loop device ${device}`);
-    }
-    const dirs = await readdir(sandboxesDir).catch(() => [] as string[]);
-    for (const id of dirs) {
-      if (!rows.has(id)) problems.push(`${id}: directory without a row`);
-      const inside = readdirSync(join(sandboxesDir, id));
-      for (const name of inside.filter((n) => n.startsWith('fork-'))) problems.push(`${id}: fork image ${name}`);
-      if (inside.includes('checkpoint') && rows.get(id) !== 'paused')
-        problems.push(`${id}: pause image while not paused`);
-    }
-    for (const id of rows.keys()) {
-      if (!dirs.includes(id)) problems.push(`${id}: row without a directory`);
-      const cgroups = (await findSandboxCgroups('/sys/fs/cgroup', id)).filter((d) => d.includes(cgroupParent));
-      if (rows.get(id) !== 'running' && cgroups.length > 0) problems.push(`${id}: cgroups ${cgroups.join(' ')}`);
-    }
+    problems.push(...(await hostProblems(dataDir, rows)));
     if (problems.length === 0) return;
     await new Promise((r) => setTimeout(r, 250));
   }
@@ -190,13 +120,7 @@ async function expectIntact(allowed: string[], context: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  dataDir = mkdtempSync(join(tmpdir(), 'burrow-crash-'));
-  const setup = spawn(process.execPath, [CLI_BIN, 'setup', '--data-dir', dataDir], {
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', BURROW_TEMPLATES_DIR: TEST_TEMPLATES_DIR },
-    stdio: 'ignore',
-  });
-  expect(await new Promise((done) => setup.on('exit', done))).toBe(0);
-  adminKey = readFileSync(join(dataDir, 'admin-key'), 'utf8').trim();
+  ({ dataDir, adminKey } = await setupDataDir('burrow-crash-'));
   server = await startServer(null);
   const created = await api('POST', '/sandboxes', { memoryMiB: 256, diskMiB: 256 });
   expect(created.status, JSON.stringify(created.body)).toBe(201);
@@ -216,16 +140,9 @@ beforeAll(async () => {
 }, 300_000);
 
 afterAll(async () => {
-  if (server !== null && server.child.exitCode === null && server.child.signalCode === null) {
-    server.child.kill('SIGTERM');
-    await Promise.race([server.exited, new Promise((r) => setTimeout(r, 10_000))]);
-    if (server.child.exitCode === null && server.child.signalCode === null) server.child.kill('SIGKILL');
-  }
-  if (dataDir === '') return;
+  await stopServerProcess(server);
   // Whatever a failed assertion left: every sandbox of this data dir, straight through the driver.
-  const driver = new GvisorDriver({ dataDir });
-  for (const id of (await driver.listHostResources()).sandboxIds) await driver.delete(id).catch(() => undefined);
-  rmSync(dataDir, { recursive: true, force: true });
+  await removeDataDir(dataDir);
 }, 180_000);
 
 describe('kill -9 of a real server during pause, resume and fork (real runsc)', () => {
