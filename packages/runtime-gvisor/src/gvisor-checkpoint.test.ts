@@ -119,7 +119,8 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     // Deterministic form of a race seen after create: the request used to create a plain file at the FIFO's
     // path, the init's loop read it to its end and exited, and the sandbox stopped.
     const id = await create();
-    await sh(id, `rm ${SPAWN_FIFO}`);
+    // The init makes the FIFO shortly after create (that gap is the race): wait for it, then take it away.
+    await sh(id, `while [ ! -p ${SPAWN_FIFO} ]; do sleep 0.02; done; rm ${SPAWN_FIFO}`);
     const request = driver.spawn(id, { argv: ['true'], env: {}, cwd: '/' });
     await new Promise((r) => setTimeout(r, 300));
     expect(await sh(id, `[ -e ${SPAWN_FIFO} ] && echo exists || echo absent`)).toBe('absent');
@@ -128,6 +129,26 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     await request;
     expect(await sh(id, 'cat /root/request')).toBe("cd '/' && exec env -i  'true'");
     expect((await driver.observe(id)).status).toBe('running');
+  });
+
+  it('RunscCli.state read from the state file agrees with `runsc state` (running, paused, killed)', async () => {
+    const id = await create();
+    const raw = () => {
+      const out = execFileSync('runsc', ['--root', join(dataDir, 'runsc'), 'state', id], { encoding: 'utf8' });
+      const { status, pid } = JSON.parse(out) as { status: string; pid: number };
+      return { id, status, pid };
+    };
+    expect(await runsc.state(id)).toEqual(raw());
+    expect((await runsc.state(id))?.status).toBe('running');
+    execFileSync('runsc', ['--root', join(dataDir, 'runsc'), 'pause', id]);
+    expect(await runsc.state(id)).toEqual({ ...raw(), status: 'paused' });
+    execFileSync('runsc', ['--root', join(dataDir, 'runsc'), 'resume', id]);
+    const { pid } = raw();
+    process.kill(pid, 'SIGKILL');
+    for (let i = 0; i < 200 && (await runsc.state(id))?.status !== 'stopped'; i++)
+      await new Promise((r) => setTimeout(r, 20));
+    expect(await runsc.state(id)).toEqual({ ...raw(), status: 'stopped' });
+    expect(await runsc.state('sbx_not_there')).toBeNull();
   });
 
   it('30 pause/resume cycles keep files byte-exact, the in-memory counter and the server pid', async () => {
