@@ -125,17 +125,32 @@ export async function findSandboxCgroups(cgroupRoot: string, sandboxId: string):
   return found;
 }
 
-/** SIGKILL every process in a cgroup (`cgroup.procs`); a missing cgroup is fine. */
-export async function killCgroupProcesses(cgroupDir: string): Promise<void> {
+/** Host pids listed in a cgroup's `cgroup.procs` (empty when the cgroup is gone). */
+async function cgroupPids(cgroupDir: string): Promise<number[]> {
   const text = await readFile(join(cgroupDir, 'cgroup.procs'), 'utf8').catch(() => '');
-  for (const line of text.split('\n')) {
-    const pid = Number.parseInt(line, 10);
-    if (!Number.isInteger(pid) || pid <= 1) continue;
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // already gone
+  return text
+    .split('\n')
+    .map((line) => Number.parseInt(line, 10))
+    .filter((pid) => Number.isInteger(pid) && pid > 1);
+}
+
+/**
+ * SIGKILL every process in a cgroup (`cgroup.procs`) and wait until it is empty, up to `waitMs` (a sentry can take
+ * a moment to exit, and its cgroups cannot be removed before); a missing cgroup is fine.
+ * @param waitMs longest wait for the processes to exit, ms. @default 5000
+ */
+export async function killCgroupProcesses(cgroupDir: string, waitMs = 5000): Promise<void> {
+  const deadline = Date.now() + waitMs;
+  for (let pids = await cgroupPids(cgroupDir); pids.length > 0; pids = await cgroupPids(cgroupDir)) {
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
     }
+    if (Date.now() >= deadline) return;
+    await new Promise((r) => setTimeout(r, 20));
   }
 }
 
@@ -161,9 +176,22 @@ export async function goferGone(pidsCgroupDir: string, sentryPid: number): Promi
   return true;
 }
 
-/** Remove cgroup directories (they must hold no tasks). Errors are left for the caller's verification. */
-export async function removeCgroupDirs(dirs: readonly string[]): Promise<void> {
-  for (const dir of dirs) await rmdir(dir).catch(() => undefined);
+/**
+ * Remove cgroup directories. One whose last tasks are still exiting refuses with EBUSY for a moment: retried for
+ * up to `waitMs` (default 2000). Other errors are left for the caller's verification.
+ */
+export async function removeCgroupDirs(dirs: readonly string[], waitMs = 2000): Promise<void> {
+  const deadline = Date.now() + waitMs;
+  for (const dir of dirs) {
+    for (;;) {
+      const code = await rmdir(dir).then(
+        () => null,
+        (error: NodeJS.ErrnoException) => error.code ?? 'unknown',
+      );
+      if (code !== 'EBUSY' || Date.now() >= deadline) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
 }
 
 /** The `oom_kill` counter of a v1 memory cgroup, or null when the cgroup does not exist. */
