@@ -135,7 +135,8 @@ export class Sandbox {
   }
 
   /**
-   * Starts a stopped sandbox fresh on its disk (a paused one resumes).
+   * Starts a stopped sandbox fresh on its disk (a paused one resumes). A sandbox in `error` because its runtime ended
+   * (condition `RuntimeExited`) starts again the same way, with its files.
    * @example
    * ```ts
    * await sandbox.start();

@@ -24,7 +24,7 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
     ['pause', 'Pause: checkpoint processes and memory with the disk, then release CPU and RAM'],
     ['resume', 'Resume a paused sandbox under the same id, processes continuing where they were'],
     ['stop', 'Stop: end every process, keep the disk'],
-    ['start', 'Start a stopped sandbox fresh on its disk (a paused one resumes)'],
+    ['start', 'Start a stopped sandbox, or one in error whose runtime ended, fresh on its disk (a paused one resumes)'],
   ] as const;
   for (const [verb, summary] of verbs) {
     app.post(
