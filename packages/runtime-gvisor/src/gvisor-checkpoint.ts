@@ -451,7 +451,7 @@ export class GvisorCheckpointer {
     await unmountStrict(paths.diskDir);
     await waitForDiskRelease(paths.dir);
     const teardown = (async () => {
-      if (await this.containerKnown(sandboxId)) {
+      if ((await this.containerKnown(sandboxId)) && !(await this.host.runsc.forgetExited(sandboxId))) {
         await this.host.runsc.run(['delete', '-force', sandboxId]);
       }
       await this.host.removeCgroups(sandboxId);

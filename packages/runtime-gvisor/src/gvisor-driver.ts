@@ -430,7 +430,7 @@ export class GvisorDriver implements RuntimeDriver {
     // SIGKILL every host process of the sandbox first (sentry, gofer, stubs: all in its pids cgroup): runsc's own
     // kill and delete can take a minute against a sandbox under a fork bomb, and a dead sandbox deletes at once.
     await killCgroupProcesses(join(this.cgroupRoot, 'pids', this.cgroupParent, sandboxId));
-    if ((await this.runsc.state(sandboxId)) !== null) {
+    if ((await this.runsc.state(sandboxId)) !== null && !(await this.runsc.forgetExited(sandboxId))) {
       await this.runsc.run(['kill', sandboxId, 'KILL']);
       await this.runsc.run(['delete', '-force', sandboxId]);
     }

@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type CommandResult, runCommand } from './run-command.js';
 
@@ -107,6 +107,37 @@ export class RunscCli {
     if (fields === null) return undefined;
     const live = fields.status === 'created' || fields.status === 'running' ? await processAlive(fields.pid) : true;
     return { id, status: live ? fields.status : 'stopped', pid: fields.pid };
+  }
+
+  /**
+   * Remove runsc's record of a container whose sandbox and gofer processes have both exited (zombies count), in
+   * place of `runsc delete`: for such a container runsc only deletes the same files, after waiting until PID 1 has
+   * reaped those processes, which this Firecracker guest's init does only every 1–2 s (docs/adr/0002). Waits up to
+   * `waitMs` for the processes to exit.
+   * @param waitMs longest wait for the sandbox and gofer processes to exit, ms. @default 2000
+   * @returns true when the record is gone (or there was none); false when a process still runs after the wait or
+   *   the state file is not in the form this runsc version writes (use `runsc delete` then)
+   */
+  async forgetExited(id: string, waitMs = 2000): Promise<boolean> {
+    const base = join(this.stateDir, `${id}_sandbox:${id}`);
+    let file: unknown;
+    try {
+      file = JSON.parse(await readFile(`${base}.state`, 'utf8'));
+    } catch (error) {
+      return (error as NodeJS.ErrnoException).code === 'ENOENT';
+    }
+    const fields = stateFileFields(file);
+    const goferPid = (file as { goferPid?: unknown }).goferPid;
+    if (fields === null || typeof goferPid !== 'number') return false;
+    const deadline = Date.now() + waitMs;
+    while ((await processAlive(fields.pid)) || (await processAlive(goferPid))) {
+      if (Date.now() >= deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    for (const path of [`${base}.state`, `${base}.lock`, join(this.stateDir, `runsc-${id}.sock`)]) {
+      await rm(path, { force: true });
+    }
+    return true;
   }
 
   /** Ids of every container in the state dir. */
