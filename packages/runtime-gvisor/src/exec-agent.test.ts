@@ -148,6 +148,18 @@ describe('exec agent (real runsc)', { timeout: 240_000 }, () => {
     expect(warnings.filter((line) => line.includes('runsc exec'))).toEqual([]);
   });
 
+  it('an agent that cannot connect back refuses at once and the exec runs through runsc exec', async () => {
+    // Without the socket file the agent's control connection stays, but a command's data connection cannot be
+    // opened: the agent says so (N frame) and the driver falls back instead of waiting out its 10 s start limit.
+    await rm(join(dataDir, 'sandboxes', sandboxId, 'agent', 'agent.sock'));
+    const started = Date.now();
+    const run = await runInSandbox(driver, sandboxId, ['sh', '-c', 'echo via-runsc; exit 3']);
+    expect(run).toMatchObject({ exitCode: 3, signal: null });
+    expect(run.stdout.toString()).toBe('via-runsc\n');
+    expect(Date.now() - started).toBeLessThan(8_000);
+    expect(warnings.some((line) => line.includes('exec agent refused a command'))).toBe(true);
+  });
+
   it('falls back to runsc exec for a sandbox without an agent, with the reason logged', async () => {
     const plain = new GvisorDriver({ dataDir, maxProcesses: 256, execAgent: false });
     await plain.create({ sandboxId: oldSandboxId, template, resources: RESOURCES, hostname: 'old' });
