@@ -3,7 +3,7 @@
  * real SQLite): create, exec, file write, pause, resume, fork, stop, start, snapshot, reset, delete, on at most 4
  * live sandboxes. Every 8–15 operations something is killed with SIGKILL: the server process (idle, or while an
  * operation is in flight, after 0–300 ms), or the sentry or gofer of a random running sandbox (found by PID in its
- * pids cgroup). The server is restarted on the same data dir, and after the reconciler settles:
+ * pids cgroup), or of the sandbox an operation in flight works on (after 0–300 ms). The server is restarted on the same data dir, and after the reconciler settles:
  *
  * - no row is in a transitional state, every `running` row has a running runsc container with a live sentry and
  *   gofer, and nothing on the host is left that no row explains (containers, mounts, loop devices, cgroups, directories, images);
@@ -267,12 +267,13 @@ async function killServer(during: Op | null): Promise<void> {
 }
 
 /** SIGKILL the sentry or the gofer of a random running sandbox. */
-async function killRunsc(): Promise<boolean> {
+async function killRunsc(target?: string): Promise<boolean> {
   const rows = await listRows();
   const running = [...rows.entries()].filter(([, r]) => r.state === 'running').map(([id]) => id);
-  if (running.length === 0) return false;
-  const id = pick(running);
-  const pids = await runscPids(id);
+  const targetPids = target === undefined ? [] : await runscPids(target);
+  if (running.length === 0 && targetPids.length === 0) return false;
+  const id = targetPids.length > 0 ? (target as string) : pick(running);
+  const pids = targetPids.length > 0 ? targetPids : await runscPids(id);
   const wanted = pick(['sentry', 'gofer'] as const);
   const victim = pids.find((p) => p.role === wanted) ?? pids[0];
   if (victim === undefined) return false;
@@ -403,9 +404,18 @@ async function chaos(): Promise<void> {
     } else if (kind < 0.55) {
       await runOp(op, false);
       await killServer(null);
-    } else {
+    } else if (kind < 0.75) {
       await runOp(op, false);
       if (!(await killRunsc())) await killServer(null);
+    } else {
+      // The sentry or gofer of the op's own sandbox (else of a random running one) while the op is in flight.
+      const delayMs = between(0, 300);
+      log(`kill -9 runsc ${delayMs} ms into: ${op.name}`);
+      const inFlight = runOp(op, true);
+      await sleep(delayMs);
+      const killed = await killRunsc(op.id);
+      await Promise.race([inFlight, sleep(120_000)]);
+      if (!killed) await killServer(null);
     }
     await settle(`op ${n}`);
     await expectNoLostFile(`op ${n}`);
