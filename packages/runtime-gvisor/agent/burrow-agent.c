@@ -37,7 +37,7 @@
 
 #define PROTOCOL "burrow-agent 1"
 #define MAX_EXECS 64
-#define CHUNK (256 * 1024)
+#define CHUNK (1024 * 1024)
 #define OUTPUT_GRACE_MS 500
 #define STDIN_BUFFER_MAX (1024 * 1024)
 #define MAX_FRAME (16 * 1024 * 1024)
@@ -70,7 +70,6 @@ static struct exec execs[MAX_EXECS];
 static int ctl = -1;
 static struct buf ctl_rx;
 static int sigchld_pipe[2];
-static char io_chunk[CHUNK];
 
 static long long now_ms(void) {
   struct timespec t;
@@ -490,9 +489,14 @@ static void pump_stdin(struct exec *e) {
 
 /* Move available output into tx frames; returns -1 when the pipe ended. */
 static int pump_output(struct exec *e, int *fd, char type) {
-  ssize_t n = read(*fd, io_chunk, CHUNK);
+  /* Read straight into the frame buffer, behind room for the frame header (no extra copy). */
+  buf_reserve(&e->tx, 5 + CHUNK);
+  char *p = e->tx.data + e->tx.len;
+  ssize_t n = read(*fd, p + 5, CHUNK);
   if (n > 0) {
-    put_frame(&e->tx, type, io_chunk, (uint32_t)n);
+    p[0] = type;
+    put_u32(p + 1, (uint32_t)n);
+    e->tx.len += 5 + (size_t)n;
     return 1;
   }
   if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
