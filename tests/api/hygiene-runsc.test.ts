@@ -138,6 +138,36 @@ describe('hygiene over the real GvisorDriver', () => {
     expect((await call('DELETE', '/snapshots/hyg-mem')).status).toBe(204);
   }, 240_000);
 
+  test('a reset interrupted after the old disk was deleted is done again by the reconciler (never half)', async () => {
+    // Found by the chaos test (a server kill 219 ms into a reset): the restart booted whatever the host held (no
+    // files of either side) or left a row without a directory. The crash is simulated in process: the row as the
+    // reset writes it, then the destructive first step, then no more.
+    await exec('echo from-snapshot > /root/snapfile');
+    const snap = await call('POST', `/sandboxes/${id}/snapshots`, { name: 'hyg-files', memory: false });
+    expect(snap.status, JSON.stringify(snap.body)).toBe(201);
+    await exec('rm /root/snapfile && echo discarded > /root/after');
+    const row = await burrow.store.sandboxes.getAcrossTenants(id);
+    if (row === null) throw new Error('no row');
+    const at = new Date().toISOString();
+    const marker = { type: 'Reset', status: 'false' as const, reason: 'ResettingToSnapshotFiles', message: 'test', at };
+    const resetting = await burrow.store.sandboxes.update(
+      row.tenantId,
+      id,
+      row.version,
+      { state: 'resuming', snapshotId: snap.body.id as string, conditions: [...row.conditions, marker] },
+      at,
+    );
+    expect(resetting?.state).toBe('resuming');
+    await driver.delete(id);
+    const report = await burrow.reconciler.reconcileOnce();
+    expect(report.finished).toContain(id);
+    const after = await call('GET', `/sandboxes/${id}`);
+    expect(after.body.state).toBe('running');
+    expect(after.body.conditions).toContainEqual(expect.objectContaining({ type: 'Reset', reason: 'ResetFinished' }));
+    expect(await exec('cat /root/snapfile; ls /root/after 2>&1 | grep -c "No such"')).toBe('from-snapshot\n1\n');
+    expect((await call('DELETE', '/snapshots/hyg-files')).status).toBe(204);
+  }, 120_000);
+
   test('a sandbox nothing owns is reaped with every host resource; metrics count it by kind', async () => {
     const orphan = 'sbx_rphan000000000000000';
     const template = await burrow.services.templates.refById(
@@ -211,4 +241,29 @@ describe('hygiene over the real GvisorDriver', () => {
     },
     120_000,
   );
+
+  test('an error row whose runtime died mid-operation still holding host resources is released by the reconciler', async () => {
+    // As a pause, reset or start leaves it when its sentry dies under it: the row written `error` directly.
+    await exec('echo kept > /root/released');
+    const runsc = new RunscCli('runsc', join(dataDir, 'runsc'), 'systrap');
+    const sentry = (await runsc.state(id))?.pid ?? -1;
+    process.kill(sentry, 'SIGKILL');
+    for (let i = 0; i < 100 && (await readFile(`/proc/${sentry}/stat`).catch(() => null)) !== null; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const row = await burrow.store.sandboxes.getAcrossTenants(id);
+    if (row === null) throw new Error('no row');
+    await burrow.store.sandboxes.update(row.tenantId, id, row.version, { state: 'error' }, new Date().toISOString());
+    const report = await burrow.reconciler.reconcileOnce();
+    expect(report.released).toEqual([id]);
+    const dir = join(dataDir, 'sandboxes', id);
+    expect({
+      container: await runsc.state(id),
+      mounts: await mountsUnder(dir),
+      cgroups: await findSandboxCgroups('/sys/fs/cgroup', id),
+    }).toEqual({ container: null, mounts: [], cgroups: [] });
+    expect((await burrow.reconciler.reconcileOnce()).released).toEqual([]);
+    expect((await call('POST', `/sandboxes/${id}/start`)).body.state).toBe('running');
+    expect(await exec('cat /root/released')).toBe('kept\n');
+  }, 120_000);
 });

@@ -6,7 +6,8 @@
  * pids cgroup), or of the sandbox an operation in flight works on (after 0–300 ms). The server is restarted on the same data dir, and after the reconciler settles:
  *
  * - no row is in a transitional state, every `running` row has a running runsc container with a live sentry and
- *   gofer, and nothing on the host is left that no row explains (containers, mounts, loop devices, cgroups, directories, images);
+ *   gofer, every snapshot has its blob and every blob its snapshot, and nothing on the host is left that no row
+ *   explains (containers, mounts, loop devices, cgroups, directories, images);
  * - NO LOST FILE: every write the API acknowledged reads back byte-exact in every sandbox that still exists, in
  *   ANY state but deleted (a sandbox whose sentry or gofer was killed ends `error`, its host runtime released and
  *   its disk kept: it is started again; paused ones are resumed, stopped ones started). A fork child holds its parent's files at the fork, a reset the template's
@@ -286,6 +287,21 @@ async function killRunsc(target?: string): Promise<boolean> {
   return true;
 }
 
+/** Snapshot blobs without a snapshot, snapshots without a blob, staging left over. */
+async function snapshotProblems(): Promise<string[]> {
+  const listed = new Set((await Snapshots.connect(conn()).list()).map((snap) => snap.id));
+  const blobs = await readdir(join(dataDir, 'snapshots')).catch(() => [] as string[]);
+  const problems: string[] = [];
+  for (const name of blobs) {
+    if (name === '.staging') {
+      const staged = await readdir(join(dataDir, 'snapshots', name));
+      if (staged.length > 0) problems.push(`snapshot staging left: ${staged.join(' ')}`);
+    } else if (!listed.has(name)) problems.push(`snapshot blob ${name} without a snapshot`);
+  }
+  for (const id of listed) if (!blobs.includes(id)) problems.push(`snapshot ${id} without a blob`);
+  return problems;
+}
+
 const TRANSITIONAL = ['creating', 'pausing', 'resuming', 'stopping', 'deleting'];
 
 /**
@@ -313,6 +329,7 @@ async function settle(context: string): Promise<void> {
     }
     const states = new Map([...rows].map(([id, r]) => [id, r.state] as const));
     problems.push(...(await hostProblems(dataDir, states, { expectContainers: true })));
+    problems.push(...(await snapshotProblems()));
     if (problems.length === 0) {
       for (const id of [...tracked.keys()]) if (!rows.has(id)) forget(id);
       for (const [id, row] of rows) {
@@ -356,10 +373,15 @@ async function expectNoLostFile(context: string): Promise<void> {
       }
       mismatches.push(wrong);
     }
-    if (mismatches.length === t.candidates.length)
-      expect.fail(
-        `${context}: LOST FILE in ${t.id} (was ${state}):\n${mismatches.map((m) => m.join('\n')).join('\n--\n')}\n${diagnostics()}`,
+    if (mismatches.length === t.candidates.length) {
+      const listing = await s.files.list('/root/chaos').then(
+        (items) => items.map((f) => `${f.path} ${f.sizeBytes}`).join(', '),
+        (e: Error) => e.name,
       );
+      expect.fail(
+        `${context}: LOST FILE in ${t.id} (was ${state}; ${t.candidates.length} candidate file sets; /root/chaos: ${listing}):\n${mismatches.map((m) => m.join('\n')).join('\n--\n')}\n${diagnostics()}`,
+      );
+    }
     log(`  ${t.id} (was ${state}): ${t.candidates[0]?.size ?? 0} files intact`);
   }
 }

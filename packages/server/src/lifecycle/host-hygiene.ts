@@ -20,6 +20,8 @@ export interface HygieneReport {
   orphansReaped: string[];
   /** Rows whose host resources vanished, now `error`. */
   markedError: string[];
+  /** `error` or `stopped` rows whose ended runtime still held host resources, now released (disk kept). */
+  released?: string[];
   failures: Array<{ id: string; message: string }>;
 }
 
@@ -166,6 +168,38 @@ export class HostHygiene {
             report.markedError.push(fresh.id);
             logger.warn({ sandboxId: fresh.id, was: fresh.state }, 'sandbox resources vanished from the host');
           }
+        });
+      } catch (error) {
+        report.failures.push({ id: row.id, message: (error as Error).message });
+      }
+    }
+  }
+
+  /**
+   * `error` and `stopped` rows whose runtime ended but still holds host resources (a runsc container record,
+   * mounts, a loop device, cgroups: a pause, reset or start that failed because its sentry or gofer died) are
+   * released with `driver.stop` (the disk and files stay; a start boots them again). Only when the driver sees the
+   * runtime `stopped` (no running container, no complete pause image); quarantined rows are left for inspection.
+   */
+  async releaseEnded(host: HostResources, rows: readonly SandboxRecord[], report: HygieneReport): Promise<void> {
+    const { sandboxes, driver, mutex, logger } = this.deps;
+    const runtimeKinds: readonly HostResourceKind[] = ['container', 'mount', 'loop_device', 'cgroup'];
+    const ended = (state: string) => state === 'error' || state === 'stopped';
+    for (const row of rows) {
+      if (!ended(row.state) || row.quarantine || mutex.isBusy(row.id)) continue;
+      const kinds = host.kinds?.[row.id] ?? [];
+      if (!kinds.some((kind) => runtimeKinds.includes(kind))) continue;
+      try {
+        await mutex.run(row.id, async () => {
+          const fresh = await sandboxes.getAcrossTenants(row.id);
+          if (fresh === null || !ended(fresh.state) || fresh.quarantine) return;
+          if ((await driver.observe(fresh.id)).status !== 'stopped') return;
+          await driver.stop(fresh.id);
+          (report.released ??= []).push(fresh.id);
+          logger.warn(
+            { sandboxId: fresh.id, state: fresh.state, kinds },
+            'released the host runtime of an ended sandbox',
+          );
         });
       } catch (error) {
         report.failures.push({ id: row.id, message: (error as Error).message });

@@ -19,6 +19,8 @@ export interface ReconcileReport {
   /** Host resources and snapshot blobs no row owns, seen for the first time (reaped after the grace period). */
   orphansFound: string[];
   orphansReaped: string[];
+  /** `error`/`stopped` rows whose ended runtime still held host resources, released. */
+  released: string[];
   failures: Array<{ id: string; message: string }>;
 }
 
@@ -117,6 +119,7 @@ export class Reconciler {
       markedError: [],
       orphansFound: [],
       orphansReaped: [],
+      released: [],
       failures: [],
     };
     if (!this.settled) {
@@ -158,6 +161,7 @@ export class Reconciler {
     }
     await this.hygiene.reapOrphans(host, rows, report);
     await this.hygiene.markVanished(host, rows, report);
+    await this.hygiene.releaseEnded(host, rows, report);
     await this.hygiene.reapBlobs(report);
     const acted =
       report.expired.length +
@@ -165,6 +169,7 @@ export class Reconciler {
       report.markedError.length +
       report.orphansFound.length +
       report.orphansReaped.length +
+      report.released.length +
       report.failures.length;
     if (acted > 0) logger.info({ report }, 'reconcile pass acted');
     return report;

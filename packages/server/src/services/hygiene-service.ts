@@ -8,7 +8,7 @@ import type {
   SandboxState,
 } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
-import type { RuntimeDriver } from '@burrow/runtime';
+import { crashPoint, type RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { isQuarantined } from '../lifecycle/quarantine.js';
@@ -20,7 +20,7 @@ import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { BlobStore } from './blob-store.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
-import { runtimeFailure } from './persistence-service.js';
+import { RESET_IN_PROGRESS, runtimeFailure } from './persistence-service.js';
 import { type SandboxService, toSandbox, withConditions } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 
@@ -146,9 +146,31 @@ export class HygieneService {
       const template = await this.deps.templates.refById(target.templateId, target.template);
       const startedMs = this.deps.clock.nowMs();
       const what = snapshot === null ? `its template ${record.template}` : `snapshot ${snapshot.name ?? snapshot.id}`;
-      const resetting = await this.write(record, { patch: { state: 'resuming', desiredState: 'running' } });
+      // The row records the target and a `Reset` condition with status false before the old disk is deleted: a
+      // crash after that point is finished as this reset by the reconciler (see `finishInterrupted`).
+      const resetting = await this.write(record, {
+        patch: {
+          state: 'resuming',
+          desiredState: 'running',
+          template: target.template,
+          templateId: target.templateId,
+          ...target.resources,
+          snapshotId: snapshot?.id ?? null,
+        },
+        condition: this.condition(
+          'Reset',
+          'false',
+          snapshot === null
+            ? RESET_IN_PROGRESS.template
+            : memory
+              ? RESET_IN_PROGRESS.snapshot
+              : RESET_IN_PROGRESS.snapshotFiles,
+          `resetting to ${what}`,
+        ),
+      });
       try {
         await this.deps.driver.delete(id);
+        crashPoint('reset:after-delete');
         const options = { sandboxId: id, template, resources: target.resources, hostname: record.hostname };
         if (snapshot === null) await this.deps.driver.create(options);
         else {
@@ -169,6 +191,7 @@ export class HygieneService {
         }).catch(() => undefined);
         throw failure;
       }
+      crashPoint('reset:after-runtime');
       const updated = await this.write(resetting, {
         patch: {
           state: 'running',

@@ -85,6 +85,20 @@ export function runtimeFailure(what: string, error: unknown): ApiError {
   });
 }
 
+/** Reasons of the `Reset` condition (status false) a reset writes with its `resuming` row, by target. */
+export const RESET_IN_PROGRESS = {
+  template: 'ResettingToTemplate',
+  snapshot: 'ResettingToSnapshot',
+  snapshotFiles: 'ResettingToSnapshotFiles',
+} as const;
+
+/** The reset a `resuming` row is in the middle of (its last condition), or null. */
+export function resetInProgress(record: SandboxRecord): string | null {
+  const last = record.conditions.at(-1);
+  if (last?.type !== 'Reset' || last.status !== 'false') return null;
+  return (Object.values(RESET_IN_PROGRESS) as string[]).includes(last.reason) ? last.reason : null;
+}
+
 /**
  * Pause, resume, stop, start, fork and snapshots. Every transition writes the row before the runtime step
  * (`pausing`, `resuming`, `stopping` with the desired state) and after it, under the sandbox's lock, so a crash
@@ -224,6 +238,24 @@ export class PersistenceService {
     const logger = this.deps.logger.child({ sandboxId: record.id });
     await this.deps.driver.settle(record.id).catch((error: unknown) => logger.warn({ err: error }, 'settle failed'));
     try {
+      const reset = resetInProgress(record);
+      if (record.state === 'resuming' && reset !== null) {
+        // A reset was interrupted after its row named the target (and maybe after the old disk was deleted): do
+        // it again from the start, never boot whatever half of it the host holds.
+        await this.deps.driver.delete(record.id);
+        const options = await this.createOptions(record);
+        if (reset === RESET_IN_PROGRESS.template || record.snapshotId === null) await this.deps.driver.create(options);
+        else {
+          const sourceDir = await this.deps.blobs.open(record.snapshotId);
+          const memory = reset === RESET_IN_PROGRESS.snapshot;
+          await this.deps.driver.createFromSnapshot({ ...options, sourceDir, memory });
+        }
+        return await this.write(
+          record,
+          { state: 'running' },
+          this.condition('Reset', 'ResetFinished', 'the reset was interrupted by a server restart and done again'),
+        );
+      }
       if (record.state === 'pausing') {
         await this.deps.driver.pause(record.id);
         return await this.write(record, { state: 'paused' });
