@@ -19,7 +19,7 @@ import { gzipSync } from 'node:zlib';
 import { Header, type HeaderData, Parser, type ReadEntry } from 'tar';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FsError, SandboxFs } from './sandbox-fs.js';
-import { extractArchive, packDirectory } from './sandbox-fs-archive.js';
+import { extractArchive, MAX_PACK_DEPTH, packDirectory } from './sandbox-fs-archive.js';
 
 let base: string;
 let root: string;
@@ -200,6 +200,20 @@ describe('packDirectory', () => {
     await symlink('/', join(root, 'to-root'));
     const got = await entriesOf(await packDirectory(fs, '/to-root/home'));
     expect(got.get('f')?.body.toString()).toBe('x');
+  });
+
+  it('packs a tree MAX_PACK_DEPTH levels deep, ends the stream with invalid_path past it, and closes every handle', async () => {
+    // A recursive walk overflowed the call stack (HTTP 500 after 80 s) on a tree 2,000 levels deep.
+    const deep = Array.from({ length: MAX_PACK_DEPTH }, () => 'd').join('/');
+    await mkdir(join(root, 'home/deep', deep), { recursive: true });
+    await writeFile(join(root, 'home/deep', deep, 'leaf'), 'leaf');
+    const fdsBefore = (await readdir('/proc/self/fd')).length;
+    const got = await entriesOf(await packDirectory(fs, '/home/deep'));
+    expect(got.get(`${deep}/leaf`)?.body.toString()).toBe('leaf');
+    expect(got.size).toBe(MAX_PACK_DEPTH + 1);
+    await mkdir(join(root, 'home/deep', deep, 'd'));
+    await expect(entriesOf(await packDirectory(fs, '/home/deep'))).rejects.toMatchObject({ code: 'invalid_path' });
+    expect((await readdir('/proc/self/fd')).length).toBeLessThanOrEqual(fdsBefore);
   });
 });
 
