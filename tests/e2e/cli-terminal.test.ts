@@ -72,11 +72,15 @@ describe('burrow exec -it', () => {
     await waitFor(() => screen().includes('40 120'), 'the resized size');
     // Ctrl-C interrupts the foreground program (SIGINT must not be ignored in the sandbox: it once was, and the
     // sleep ran on to exit 0).
-    tmux('send-keys', '-t', 'burrow', 'clear; sleep 30', 'Enter');
-    await new Promise((r) => setTimeout(r, 1000));
+    // The ^C must come once the program runs and owns the terminal: sent while bash was still starting the line
+    // it reached bash, not the program, which ran on. So wait for the program's own output (42 is not typed) and a
+    // moment more (bash hands the terminal to the job around the program's start).
+    tmux('send-keys', '-t', 'burrow', "clear; sh -c 'echo ready-$((6*7)); exec sleep 30'", 'Enter');
+    await waitFor(() => screen().includes('ready-42'), 'the program to run');
+    await new Promise((r) => setTimeout(r, 1500));
     tmux('send-keys', '-t', 'burrow', 'C-c');
     tmux('send-keys', '-t', 'burrow', 'echo "after-int=$?"', 'Enter');
-    await waitFor(() => screen().includes('after-int=130'), 'Ctrl-C to end the sleep', 10_000);
+    await waitFor(() => screen().includes('after-int=130'), 'Ctrl-C to end the sleep', 15_000);
     tmux('send-keys', '-t', 'burrow', 'exit 7', 'Enter');
     await waitFor(() => screen().includes('cli-exit=7'), 'the CLI exit code');
   });
