@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   lstat,
@@ -163,6 +164,27 @@ describe('extractArchive', () => {
     expect((await stat(join(root, 'home/z/fresh.txt'))).mtime.getTime()).toBe(0);
     expect(res.issues.find((i) => i.path === 'link.txt')?.reason).toMatch(/symlink/);
     expect(await readFile(join(outside, 'canary'), 'utf8')).toBe(CANARY);
+  });
+
+  it('answers no_space on a full disk and leaves no partial file (small and large entries)', async () => {
+    // A real ENOSPC: the sandbox root on a 1 MiB tmpfs. The partial file used to stay, keeping the disk full.
+    const small = join(base, 'small');
+    await mkdir(small);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', small]);
+    try {
+      const smallFs = new SandboxFs(small);
+      for (const size of [200 * 1024, 3 * 1024 * 1024]) {
+        await writeFile(join(small, 'filler'), Buffer.alloc(900 * 1024));
+        const archive = tarOf([{ header: { path: 'big.bin', type: 'File' }, body: randomBytes(size) }]);
+        await expect(extractArchive(smallFs, '/x', Readable.from([archive]))).rejects.toMatchObject({
+          code: 'no_space',
+        });
+        expect(await readdir(join(small, 'x'))).toEqual([]);
+        await rm(join(small, 'filler'));
+      }
+    } finally {
+      execFileSync('umount', [small]);
+    }
   });
 
   it('answers invalid_request for a corrupt archive', async () => {

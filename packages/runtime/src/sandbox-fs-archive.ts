@@ -12,6 +12,7 @@ import {
   readFileSync,
   readlinkSync,
   readSync,
+  unlinkSync,
   writeSync,
 } from 'node:fs';
 import { chmod, type FileHandle, link, lstat, mkdir, open, symlink, unlink } from 'node:fs/promises';
@@ -223,7 +224,12 @@ function writeSmallFile(hostPath: string, data: Buffer, perm: number, mtime: Dat
   }
   try {
     if (!fresh && !fstatSync(fd).isFile()) return 'something other than a regular file is in the way';
-    for (let off = 0; off < data.length; ) off += writeSync(fd, data, off);
+    try {
+      for (let off = 0; off < data.length; ) off += writeSync(fd, data, off);
+    } catch (err) {
+      removePartial(hostPath);
+      throw err;
+    }
     if (!fresh || (perm & processUmask()) !== 0) fchmodSync(fd, perm);
     if (mtime !== undefined) futimesSync(fd, mtime, mtime);
     return data.length;
@@ -252,12 +258,30 @@ async function writeLargeFile(hostPath: string, entry: ReadEntry, perm: number):
   }
   try {
     if (!(await fh.stat()).isFile()) return 'something other than a regular file is in the way';
-    const bytes = await writeCoalesced(fh, entry);
+    let bytes: number;
+    try {
+      bytes = await writeCoalesced(fh, entry);
+    } catch (err) {
+      removePartial(hostPath);
+      throw err;
+    }
     await fh.chmod(perm);
     if (entry.mtime !== undefined) await fh.utimes(entry.mtime, entry.mtime);
     return bytes;
   } finally {
     await fh.close();
+  }
+}
+
+/**
+ * Removes the name of a file whose contents could not be written (ENOSPC, EDQUOT, EIO…): a partial file would keep
+ * the disk full and look like a good one. Only the name in the held parent is unlinked; nothing is followed.
+ */
+function removePartial(hostPath: string): void {
+  try {
+    unlinkSync(hostPath);
+  } catch {
+    // already gone, or replaced by a directory from inside the sandbox: nothing of ours to remove
   }
 }
 
