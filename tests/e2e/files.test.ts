@@ -84,7 +84,11 @@ describe('files on a real sandbox', () => {
     const info = await sandbox.files.writeFromFile('/root/from-file.bin', local, { mode: 0o600 });
     expect(info).toMatchObject({ sizeBytes: bytes.length, mode: 0o600 });
     const back = join(localDir, 'down.bin');
-    expect(await sandbox.files.readToFile('/root/from-file.bin', back)).toEqual({ sizeBytes: bytes.length });
+    const seen: number[] = [];
+    const result = await sandbox.files.readToFile('/root/from-file.bin', back, { onProgress: (n) => seen.push(n) });
+    expect(result).toEqual({ sizeBytes: bytes.length });
+    expect(seen.at(-1)).toBe(bytes.length);
+    expect(seen.every((n, i) => i === 0 || n > (seen[i - 1] as number))).toBe(true);
     expect((await readFile(back)).equals(bytes)).toBe(true);
     await expect(sandbox.files.readToFile('/root/missing.bin', join(localDir, 'x'))).rejects.toMatchObject({
       code: 'file_not_found',

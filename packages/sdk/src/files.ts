@@ -27,6 +27,14 @@ export interface WriteFileOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** Options of {@link Files.writeFromFile} and {@link Files.readToFile}. */
+export interface LocalFileTransferOptions {
+  /** Called as bytes go by with the total so far, in bytes (for a progress bar). */
+  onProgress?: ((transferredBytes: number) => void) | undefined;
+  /** Cancels the transfer. */
+  signal?: AbortSignal | undefined;
+}
+
 /** One file of {@link Files.writeMany}. */
 export interface BatchFile {
   /** Absolute path in the sandbox. */
@@ -238,13 +246,18 @@ export class Files {
    * await sandbox.files.writeFromFile('/root/data.bin', './data.bin');
    * ```
    */
-  async writeFromFile(path: string, localPath: string, options: WriteFileOptions = {}): Promise<FileInfo> {
+  async writeFromFile(
+    path: string,
+    localPath: string,
+    options: WriteFileOptions & Pick<LocalFileTransferOptions, 'onProgress'> = {},
+  ): Promise<FileInfo> {
     const { createReadStream } = await import('node:fs');
-    const source = createReadStream(localPath, { highWaterMark: LOCAL_IO_CHUNK_BYTES });
+    const file = createReadStream(localPath, { highWaterMark: LOCAL_IO_CHUNK_BYTES });
+    const source = options.onProgress === undefined ? file : file.pipe(await progressCounter(options.onProgress));
     try {
-      return await this.write(path, source, options);
+      return await this.write(path, source, { mode: options.mode, signal: options.signal });
     } finally {
-      source.destroy();
+      file.destroy();
     }
   }
 
@@ -263,7 +276,7 @@ export class Files {
   async readToFile(
     path: string,
     localPath: string,
-    options: { signal?: AbortSignal | undefined } = {},
+    options: LocalFileTransferOptions = {},
   ): Promise<{ sizeBytes: number }> {
     const { createWriteStream } = await import('node:fs');
     const { Readable } = await import('node:stream');
@@ -272,10 +285,12 @@ export class Files {
     const source =
       res ??
       Readable.fromWeb(
-        (await this.readStream(path, options)).stream as import('node:stream/web').ReadableStream<Uint8Array>,
+        (await this.readStream(path, { signal: options.signal }))
+          .stream as import('node:stream/web').ReadableStream<Uint8Array>,
       );
     const sink = createWriteStream(localPath, { highWaterMark: LOCAL_IO_CHUNK_BYTES });
-    await pipeline(source, sink);
+    if (options.onProgress === undefined) await pipeline(source, sink);
+    else await pipeline(source, await progressCounter(options.onProgress), sink);
     return { sizeBytes: sink.bytesWritten };
   }
 
@@ -415,4 +430,19 @@ function bytesToBase64(bytes: Uint8Array): string {
     binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
   }
   return btoa(binary);
+}
+
+/** A pass-through Node stream that reports the running total of bytes to `onProgress`. */
+async function progressCounter(
+  onProgress: (transferredBytes: number) => void,
+): Promise<import('node:stream').Transform> {
+  const { Transform } = await import('node:stream');
+  let total = 0;
+  return new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      total += chunk.length;
+      onProgress(total);
+      callback(null, chunk);
+    },
+  });
 }

@@ -77,6 +77,7 @@ export {
   type FileData,
   Files,
   type ListFilesOptions,
+  type LocalFileTransferOptions,
   type RemoveFileOptions,
   type WatchOptions,
   type WriteFileOptions,

@@ -1,4 +1,4 @@
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { mkdir, stat } from 'node:fs/promises';
 import { Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -70,11 +70,23 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
         progress.finish();
         return;
       }
+      if (!toStdout) {
+        // Straight into the file over node:http (readToFile): about half the client CPU of a web stream.
+        const progress = new ByteProgress(context.stderr, `${id}:${remote} → ${local}`, info.sizeBytes);
+        let reported = 0;
+        await sandbox.files.readToFile(remote, local, {
+          onProgress: (transferredBytes) => {
+            progress.add(transferredBytes - reported);
+            reported = transferredBytes;
+          },
+        });
+        progress.finish();
+        return;
+      }
       const { stream, sizeBytes } = await sandbox.files.readStream(remote);
-      const progress = new ByteProgress(context.stderr, `${id}:${remote} → ${local ?? '-'}`, sizeBytes);
+      const progress = new ByteProgress(context.stderr, `${id}:${remote} → -`, sizeBytes);
       const source = Readable.fromWeb(stream as WebReadableStream<Uint8Array>);
-      await pipeline(source, progress.through(), toStdout ? context.stdout : createWriteStream(local));
-      if (!toStdout) progress.finish();
+      await pipeline(source, progress.through(), context.stdout);
     });
 
   files
