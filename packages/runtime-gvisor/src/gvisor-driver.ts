@@ -249,6 +249,12 @@ export class GvisorDriver implements RuntimeDriver {
         this.agentAbsent.add(sandboxId);
         this.logger?.warn({ sandboxId }, 'no exec agent connected; exec uses runsc exec for this sandbox');
       }
+    } else if (control === null) {
+      // Just created, resumed or forked: the agent connects within ~100 ms; this exec does not wait for it.
+      this.logger?.info(
+        { sandboxId, listeningForMs },
+        'exec agent not connected yet (sandbox just started or restored); this exec uses runsc exec',
+      );
     }
     return control;
   }
