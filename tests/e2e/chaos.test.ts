@@ -361,6 +361,7 @@ async function expectNoLostFile(context: string): Promise<void> {
     }
     s = await Sandbox.get(t.id, conn());
     const mismatches: string[][] = [];
+    let matched: FileModel | null = null;
     for (const candidate of t.candidates) {
       const wrong: string[] = [];
       for (const [path, want] of candidate) {
@@ -368,12 +369,13 @@ async function expectNoLostFile(context: string): Promise<void> {
         if (got !== want) wrong.push(`${path}: ${got} != ${want}`);
       }
       if (wrong.length === 0) {
-        t.candidates = [candidate];
+        matched = candidate;
         break;
       }
       mismatches.push(wrong);
     }
-    if (mismatches.length === t.candidates.length) {
+    if (matched !== null) t.candidates = [matched];
+    else {
       const listing = await s.files.list('/root/chaos').then(
         (items) => items.map((f) => `${f.path} ${f.sizeBytes}`).join(', '),
         (e: Error) => e.name,
