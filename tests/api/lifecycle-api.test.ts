@@ -251,4 +251,23 @@ describe('webhooks and the SSE stream', () => {
     const ids = [...text.matchAll(/^id: (\d+)$/gm)].map((m) => Number(m[1]));
     expect(ids.every((id) => id > Number(lastId))).toBe(true);
   });
+
+  test('SSE: a Last-Event-ID that is not an event id is refused with the envelope (it used to replay everything)', async () => {
+    for (const bad of ['abc', '-5', '99999999999999999999', '1; DROP']) {
+      for (const [path, accept] of [
+        ['/v1/events/stream', '*/*'],
+        ['/v1/events', 'text/event-stream'],
+      ] as const) {
+        const res = await burrow.app.inject({
+          method: 'GET',
+          url: path,
+          headers: { ...admin, accept, 'last-event-id': bad },
+        });
+        expect(res.statusCode, `${path} ${bad}`).toBe(400);
+        const body = res.json() as { error: { code: string; hint: string; requestId: string } };
+        expect(body.error).toMatchObject({ code: 'invalid_request', requestId: expect.any(String) });
+        expect(body.error.hint).toContain('id:');
+      }
+    }
+  });
 });

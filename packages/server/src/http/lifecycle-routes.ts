@@ -1,6 +1,7 @@
 import {
   CreatedWebhookSchema,
   CreateWebhookRequestSchema,
+  ErrorCode,
   EventListSchema,
   KeepaliveRequestSchema,
   ListEventsQuerySchema,
@@ -17,6 +18,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { Principal } from '../services/key-service.js';
 import type { Services } from '../services/services.js';
+import { ApiError } from '../util/api-error.js';
 import { ERROR_RESPONSES } from './error-responses.js';
 import { principalOf } from './principal.js';
 import type { ZodApp } from './zod-app.js';
@@ -38,7 +40,17 @@ function streamEvents(
   query: EventQuery,
 ): FastifyReply {
   const header = request.headers['last-event-id'];
-  const lastId = typeof header === 'string' && /^\d{1,18}$/.test(header) ? header : query.cursor;
+  if (typeof header === 'string' && header !== '' && !/^\d{1,15}$/.test(header)) {
+    // Ignoring it replayed every stored event from the first: a client that resumes must not get duplicates.
+    throw new ApiError(
+      ErrorCode.invalidRequest,
+      `Last-Event-ID ${JSON.stringify(header.slice(0, 40))} is not an event id`,
+      {
+        hint: 'send the id: of the last event you received (digits), or no Last-Event-ID to start from the oldest',
+      },
+    );
+  }
+  const lastId = typeof header === 'string' && header !== '' ? header : query.cursor;
   const controller = new AbortController();
   reply.hijack();
   reply.raw.writeHead(200, {
