@@ -131,6 +131,24 @@ describe('the policy enforcer (fixed clock)', () => {
     expect(list[0]?.actor).toMatch(/^key_/);
   });
 
+  test('a deletion warned inside its warning window shows expiresAt when it will happen, not the past deadline', async () => {
+    const sbx = await create({ timeoutMs: null, maxAgeMs: 3_600_000 });
+    nowMs += 10_000;
+    const patched = await call('PATCH', `/v1/sandboxes/${sbx.id}`, { maxAgeMs: 1_000 });
+    expect(patched.statusCode, patched.body).toBe(200);
+    const warnedAt = nowMs;
+    expect((await burrow.policies.runOnce()).warned).toContain(sbx.id);
+    const [warning] = await events(`sandboxId=${sbx.id}&type=warning`);
+    const deleteAt = new Date(warnedAt + WARNING_MS).toISOString();
+    expect(warning?.data).toMatchObject({ deleteAt, policy: 'max-age' });
+    const view = SandboxSchema.parse((await call('GET', `/v1/sandboxes/${sbx.id}`)).json());
+    // It showed the max-age deadline, 9 s in the past, while the deletion was a minute away.
+    expect(view.expiresAt).toBe(deleteAt);
+    expect(view.expiry).toMatchObject({ at: deleteAt, action: 'delete', reason: 'max-age' });
+    nowMs += WARNING_MS;
+    expect((await burrow.policies.runOnce()).deleted).toContain(sbx.id);
+  });
+
   test('a TTL with action pause pauses once, then paused retention deletes after a warning', async () => {
     const sbx = await create({ timeoutMs: 10_000, timeoutAction: 'pause', pausedRetentionMs: 120_000 });
     nowMs += 11_000;

@@ -236,6 +236,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     templates,
     driver,
     activity,
+    expiryWarningMs: config.expiryWarningMs,
     events,
     capacity: deps.capacity ?? hostCapacity(config.dataDir),
     snapshots: store.snapshots,

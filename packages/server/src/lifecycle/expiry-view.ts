@@ -74,11 +74,36 @@ export interface LifecycleView {
   timeoutAt: string | null;
 }
 
-/** The lifecycle fields of the API view of `r` given what the activity tracker knows (null: nothing). */
-export function lifecycleView(r: SandboxRecord, seen: ActivitySnapshot | null = null, floorMs = 0): LifecycleView {
+/**
+ * When a deletion by policy due at `atMs` really happens: once its warning is recorded, not before
+ * `warnedAt + warningMs` (as {@link decidePolicyStep} decides), so a deadline set inside the warning window, or
+ * warned late after a restart, is shown when it will be carried out rather than in the past.
+ * @param warningMs the configured warning time, ms (null: unknown, `atMs` is returned)
+ * @returns epoch ms
+ */
+export function effectiveDeletionMs(r: SandboxRecord, atMs: number, warningMs: number | null): number {
+  const l = r.lifecycle;
+  if (warningMs === null || !l?.expiryWarnedFor || !l.expiryWarnedAt) return atMs;
+  if (Date.parse(l.expiryWarnedFor) !== atMs) return atMs;
+  return Math.max(atMs, Date.parse(l.expiryWarnedAt) + warningMs);
+}
+
+/**
+ * The lifecycle fields of the API view of `r` given what the activity tracker knows (null: nothing).
+ * @param warningMs the configured warning time before a deletion by policy, ms (null: a warned deletion is shown
+ *   at its deadline rather than when it is carried out)
+ */
+export function lifecycleView(
+  r: SandboxRecord,
+  seen: ActivitySnapshot | null = null,
+  floorMs = 0,
+  warningMs: number | null = null,
+): LifecycleView {
   const l = r.lifecycle ?? DEFAULT_LIFECYCLE;
   const d = deadlinesOf(r, seen, floorMs);
-  const next = d.next;
+  const due = d.next;
+  const next =
+    due !== null && due.action === 'delete' ? { ...due, atMs: effectiveDeletionMs(r, due.atMs, warningMs) } : due;
   return {
     timeoutAction: l.timeoutAction,
     idleTimeoutMs: l.idleTimeoutMs,

@@ -68,6 +68,8 @@ export interface SandboxServiceDeps {
   events?: EventService | undefined;
   /** Activity for the idle policy: exec, file and command calls touch it (absent: not tracked). */
   activity?: ActivityTracker | undefined;
+  /** Warning time before a deletion by policy, ms, to show a warned deletion when it happens (absent: at its deadline). */
+  expiryWarningMs?: number | undefined;
   sandboxes: SandboxStore;
   templates: TemplateService;
   driver: RuntimeDriver;
@@ -91,7 +93,7 @@ export function toSandbox(r: SandboxRecord): Sandbox {
 /** The API view of a sandbox row, its idle deadline from what the activity tracker knows (null: nothing). */
 export function toSandboxSeen(
   r: SandboxRecord,
-  activity: { seen: ActivitySnapshot | null; floorMs: number } | null,
+  activity: { seen: ActivitySnapshot | null; floorMs: number; expiryWarningMs?: number | undefined } | null,
 ): Sandbox {
   return {
     id: r.id,
@@ -105,7 +107,7 @@ export function toSandboxSeen(
     resources: { cpuCount: r.cpuCount, memoryMiB: r.memoryMiB, diskMiB: r.diskMiB },
     labels: r.labels,
     timeoutMs: r.timeoutMs,
-    ...lifecycleView(r, activity?.seen ?? null, activity?.floorMs ?? 0),
+    ...lifecycleView(r, activity?.seen ?? null, activity?.floorMs ?? 0, activity?.expiryWarningMs ?? null),
     desiredState: r.desiredState,
     autoResume: r.autoResume,
     keeps: { filesystem: true, memory: ['running', 'pausing', 'paused', 'resuming'].includes(r.state) },
@@ -450,9 +452,13 @@ export class SandboxService {
   }
 
   /** What the activity tracker knows of `id`, for the API view's idle deadline (null: not tracked). */
-  activityOf(id: string): { seen: ActivitySnapshot | null; floorMs: number } | null {
+  activityOf(
+    id: string,
+  ): { seen: ActivitySnapshot | null; floorMs: number; expiryWarningMs?: number | undefined } | null {
     const activity = this.deps.activity;
-    return activity === undefined ? null : { seen: activity.snapshot(id), floorMs: activity.startedAtMs };
+    return activity === undefined
+      ? null
+      : { seen: activity.snapshot(id), floorMs: activity.startedAtMs, expiryWarningMs: this.deps.expiryWarningMs };
   }
 
   private async checkCapacity(resources: Resources): Promise<void> {
