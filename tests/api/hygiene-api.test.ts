@@ -216,6 +216,24 @@ describe('quarantine', () => {
     expect((await call('DELETE', `/sandboxes/${id}`, asMember)).status).toBe(204);
   });
 
+  test("an admin key releases another tenant's quarantined sandbox (a member there can neither release nor delete it)", async () => {
+    const key = await call('POST', '/keys', { payload: { name: 'other-member', tenantId: 'other', role: 'member' } });
+    expect(key.status, JSON.stringify(key.body)).toBe(201);
+    const other = { authorization: `Bearer ${key.body.secret as string}` };
+    const id = await create({}, other);
+    expect(
+      (await call('POST', `/sandboxes/${id}/quarantine`, { headers: other, payload: { reason: 'r' } })).status,
+    ).toBe(200);
+    expect((await call('POST', `/sandboxes/${id}/quarantine/release`, { headers: other })).status).toBe(403);
+    expect(errorCode((await call('DELETE', `/sandboxes/${id}`, { headers: other })).body)).toBe('sandbox_quarantined');
+    // The admin key (tenant default) used to get sandbox_not_found here: the sandbox was stuck.
+    const released = await call('POST', `/sandboxes/${id}/quarantine/release`);
+    expect(released.status, JSON.stringify(released.body)).toBe(200);
+    expect(released.body.quarantine).toBeNull();
+    expect((await call('DELETE', `/sandboxes/${id}`, { headers: other })).status).toBe(204);
+    expect((await call('POST', '/sandboxes/sbx_00000000000000000000/quarantine/release')).status).toBe(404);
+  });
+
   test('bad input gets the envelope', async () => {
     const id = await create();
     const long = await call('POST', `/sandboxes/${id}/quarantine`, { payload: { reason: 'x'.repeat(501) } });

@@ -14,7 +14,7 @@ import type { z } from 'zod';
 import { isQuarantined } from '../lifecycle/quarantine.js';
 import type { SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
 import type { SnapshotRecord } from '../store/snapshot-store.js';
-import { ApiError } from '../util/api-error.js';
+import { ApiError, sandboxNotFound } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { BlobStore } from './blob-store.js';
@@ -83,7 +83,12 @@ export class HygieneService {
     });
   }
 
-  /** Lift a quarantine. Admin only. @throws ApiError `forbidden`, `sandbox_not_found` */
+  /**
+   * Lift a quarantine. Admin only; an admin key releases a sandbox of any tenant (a member key of another tenant
+   * can quarantine but neither release nor delete, so the sandbox would otherwise be stuck, counting against that
+   * tenant's quota, until someone minted an admin key for that tenant).
+   * @throws ApiError `forbidden`, `sandbox_not_found`
+   */
   async release(caller: Principal, id: string): Promise<Sandbox> {
     if (caller.role !== 'admin') {
       throw new ApiError(ErrorCode.forbidden, 'releasing a quarantined sandbox needs an admin key', {
@@ -91,7 +96,8 @@ export class HygieneService {
       });
     }
     return this.deps.mutex.run(id, async () => {
-      const record = await this.deps.service.require(caller.tenantId, id);
+      const record = await this.deps.sandboxes.getAcrossTenants(id);
+      if (record === null || record.state === 'deleted') throw sandboxNotFound(id);
       if (!isQuarantined(record)) return toSandbox(record);
       const at = isoNow(this.deps.clock);
       const updated = await this.write(record, {
