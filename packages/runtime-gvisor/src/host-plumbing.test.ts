@@ -2,12 +2,12 @@
  * `goferGone` on a stand-in pids cgroup (a temp dir with a `cgroup.procs` file) listing real host processes: this
  * test process as the "sentry" and a `sh … gofer` child as the "gofer". Fast; no runsc.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { goferGone } from './host-plumbing.js';
+import { goferGone, mountOverlay } from './host-plumbing.js';
 
 describe('goferGone', () => {
   let dir = '';
@@ -37,5 +37,32 @@ describe('goferGone', () => {
     expect(await goferGone(join(dir, 'missing'), process.pid)).toBe(false);
     await procs([gofer.pid ?? 0]);
     expect(await goferGone(dir, process.pid)).toBe(false);
+  });
+});
+
+describe('mountOverlay', () => {
+  test('mounts nosuid,nodev: a setuid file a sandbox made means nothing to the host kernel', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'burrow-overlay-'));
+    const [lowerDir, upperDir, workDir, mergedDir] = ['lower', 'upper', 'work', 'merged'].map((d) => join(dir, d)) as [
+      string,
+      string,
+      string,
+      string,
+    ];
+    try {
+      for (const d of [lowerDir, upperDir, workDir, mergedDir]) await mkdir(d);
+      await mountOverlay({ lowerDir, upperDir, workDir, mergedDir });
+      try {
+        const line = (await readFile('/proc/self/mountinfo', 'utf8'))
+          .split('\n')
+          .find((l) => l.split(' ')[4] === mergedDir);
+        const options = (line?.split(' ')[5] ?? '').split(',');
+        expect(options).toEqual(expect.arrayContaining(['nosuid', 'nodev']));
+      } finally {
+        execFileSync('umount', [mergedDir]);
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -31,7 +31,11 @@ export async function mountDiskImage(imagePath: string, mountDir: string): Promi
   await mustRun('mount', ['-t', 'ext4', '-o', 'loop,nodev,nosuid', imagePath, mountDir], 'mounting the disk image');
 }
 
-/** Mount an overlayfs with a read-only shared lower dir. */
+/**
+ * Mount an overlayfs with a read-only shared lower dir, `nosuid,nodev` like the disk under it: a setuid-root file or
+ * a device node that code in a sandbox made (it is root there) must mean nothing to the host kernel, which would
+ * otherwise honour it through this mount (the disk's own `nosuid` does not carry over to the overlay).
+ */
 export async function mountOverlay(options: {
   lowerDir: string;
   upperDir: string;
@@ -42,7 +46,11 @@ export async function mountOverlay(options: {
     if (/[,:\\]/.test(dir)) throw new RuntimeError(`overlay path contains a separator character: ${dir}`);
   }
   const data = `lowerdir=${options.lowerDir},upperdir=${options.upperDir},workdir=${options.workDir}`;
-  await mustRun('mount', ['-t', 'overlay', 'overlay', '-o', data, options.mergedDir], 'mounting the overlay');
+  await mustRun(
+    'mount',
+    ['-t', 'overlay', 'overlay', '-o', `nosuid,nodev,${data}`, options.mergedDir],
+    'mounting the overlay',
+  );
 }
 
 /** Mount points (from /proc/self/mountinfo) equal to or beneath `dir`, deepest first. */
