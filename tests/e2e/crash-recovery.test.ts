@@ -6,6 +6,9 @@
  * background server continuing, fork children all there and running or none left, and nothing on the host that no
  * row owns (containers, mounts, loop devices, cgroups, directories, images).
  *
+ * Reset (to a memory snapshot) is crashed after the old disk is deleted and after the new one runs: the restart does
+ * the reset again, so the sandbox holds the snapshot's files and memory.
+ *
  * One sandbox is reused across all points, and each restart is armed with the next point, to keep this ~3-5 min.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -212,4 +215,26 @@ describe('kill -9 of a real server during pause, resume and fork (real runsc)', 
       await expectNoLeaks();
     }
   }, 400_000);
+
+  it('reset: a reset to a memory snapshot interrupted anywhere is done again (files and memory of the snapshot)', async () => {
+    const resetPoints = ['reset:after-delete', 'reset:after-runtime'];
+    const snap = await api('POST', `/sandboxes/${sandboxId}/snapshots`, { name: 'crash-reset', memory: true });
+    expect(snap.status, JSON.stringify(snap.body)).toBe(201);
+    // The snapshot holds the counter at its value now; every reset to it continues from there.
+    const atSnapshot = counter;
+    await exec(sandboxId, 'echo after-snapshot > /root/discarded');
+    await restartArmed(resetPoints[0] ?? null);
+    for (const point of resetPoints) {
+      await crashAt(
+        point,
+        () => api('POST', `/sandboxes/${sandboxId}/reset`, { to: 'snapshot', snapshot: 'crash-reset', memory: true }),
+        nextOf(resetPoints, point),
+      );
+      counter = atSnapshot;
+      await expectIntact(['running'], point);
+      expect(await exec(sandboxId, 'test -e /root/discarded && echo kept || echo gone')).toBe('gone');
+      await exec(sandboxId, 'echo after-snapshot > /root/discarded');
+    }
+    expect((await api('DELETE', '/snapshots/crash-reset')).status).toBe(204);
+  }, 300_000);
 });
