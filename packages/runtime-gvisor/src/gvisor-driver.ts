@@ -427,6 +427,14 @@ export class GvisorDriver implements RuntimeDriver {
     return { status: 'stopped', events };
   }
 
+  /**
+   * Stop listening for exec agents and drop their connections: an agent still connected to this driver's socket
+   * would hold a host socket open in its sandbox, which a later checkpoint by the next driver cannot save.
+   */
+  async close(): Promise<void> {
+    await this.agents.closeAll();
+  }
+
   async delete(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<void> {
     if (options.signal?.aborted) throw abortError(options.signal);
     await this.agents.close(sandboxId);

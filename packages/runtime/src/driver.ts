@@ -165,6 +165,12 @@ export interface RuntimeDriver extends PersistenceVerbs {
    * Optional; resolves false after `timeoutMs` (driver default, a few seconds) or when there is no fast path.
    */
   execAgentReady?(sandboxId: string, timeoutMs?: number): Promise<boolean>;
+
+  /**
+   * Release what the driver holds in this process (listeners, connections to in-sandbox agents) at server
+   * shutdown; sandboxes keep running and a new driver takes them over. Optional.
+   */
+  close?(): Promise<void>;
 }
 
 /** What a checkpoint (pause, fork point, snapshot) wrote. */

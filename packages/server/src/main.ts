@@ -325,6 +325,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await reconciler.stop();
       await events.flush();
       await app.close();
+      await driver.close?.();
       await store.close();
     },
   };
