@@ -17,6 +17,7 @@ import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
 import { EventService } from './services/event-service.js';
 import { ExecService } from './services/exec-service.js';
 import { FileService } from './services/file-service.js';
+import { FsHolders, releasingDriver } from './services/fs-holders.js';
 import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
 import { HygieneService } from './services/hygiene-service.js';
 import { KeyService } from './services/key-service.js';
@@ -175,15 +176,18 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   await mkdir(config.dataDir, { recursive: true, mode: 0o700 });
   const logger = deps.logger ?? pino({ level: config.logLevel }, pino.destination(2));
   const clock = deps.clock ?? systemClock;
-  const driver =
+  const fsHolders = new FsHolders();
+  const driver = releasingDriver(
     deps.driver ??
-    new GvisorDriver({
-      dataDir: config.dataDir,
-      runscPath: config.runscPath,
-      platform: config.platform,
-      execAgent: config.execAgent,
-      logger: logger.child({ component: 'driver' }),
-    });
+      new GvisorDriver({
+        dataDir: config.dataDir,
+        runscPath: config.runscPath,
+        platform: config.platform,
+        execAgent: config.execAgent,
+        logger: logger.child({ component: 'driver' }),
+      }),
+    fsHolders,
+  );
   const builder =
     deps.templateBuilder ??
     new GvisorTemplateBuilder({ templatesDir: config.templatesDir, runscPath: config.runscPath });
@@ -252,7 +256,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     sandboxes,
     exec: new ExecService({ sandboxes, driver, mutex, clock, logger, activity }),
     commands: new CommandService({ sandboxes, driver, mutex, clock, logger }),
-    files: new FileService({ sandboxes, driver, mutex }),
+    files: new FileService({ sandboxes, driver, mutex, holders: fsHolders }),
     hygiene: new HygieneService({
       sandboxes: store.sandboxes,
       service: sandboxes,

@@ -313,10 +313,16 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
       let open = true;
       // An open watch is activity: the sandbox is never idle while someone watches it.
       const release = services.activity?.hold(id);
+      // Its directory handles would keep the sandbox's file system busy: a pause, stop or delete ends it first.
+      const unhold = services.files.hold(id, async () => {
+        await watch.close();
+        send({ type: 'end', reason: `sandbox ${id} is pausing, stopping or being deleted` });
+      });
       const finish = () => {
         if (!open) return;
         open = false;
         release?.();
+        unhold();
         clearInterval(heartbeat);
         void watch.close();
         reply.raw.end();

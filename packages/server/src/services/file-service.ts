@@ -2,6 +2,7 @@ import { ErrorCode } from '@burrow/contract';
 import { FsError, type RuntimeDriver, SandboxFs } from '@burrow/runtime';
 import { ApiError } from '../util/api-error.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
+import type { FsHolders, FsRelease } from './fs-holders.js';
 import type { Principal } from './key-service.js';
 import type { SandboxService } from './sandbox-service.js';
 
@@ -25,7 +26,24 @@ export function mapFsError(error: unknown): unknown {
 
 /** File access inside running sandboxes, through {@link SandboxFs} (never by joining host paths). */
 export class FileService {
-  constructor(private readonly deps: { sandboxes: SandboxService; driver: RuntimeDriver; mutex: KeyedMutex }) {}
+  constructor(
+    private readonly deps: {
+      sandboxes: SandboxService;
+      driver: RuntimeDriver;
+      mutex: KeyedMutex;
+      /** Where long-lived handles (watches) register, to be closed before a pause, stop or delete. */
+      holders?: FsHolders | undefined;
+    },
+  ) {}
+
+  /**
+   * Register a long-lived holder of handles in sandbox `id` (a watch): `release` runs, and is awaited, before the
+   * runtime unmounts the sandbox (pause, stop, delete).
+   * @returns a function that unregisters it, for when the holder closes on its own
+   */
+  hold(id: string, release: FsRelease): () => void {
+    return this.deps.holders?.hold(id, release) ?? (() => undefined);
+  }
 
   /** Whether sandbox `id` still exists and runs (for long-lived streams such as watches). */
   async isRunning(caller: Principal, id: string): Promise<boolean> {
