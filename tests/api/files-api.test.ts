@@ -212,3 +212,45 @@ describe('files', () => {
     );
   });
 });
+
+describe('an open watch', () => {
+  /** Open a watch over HTTP and read its events until `end` (or 20 s). */
+  async function openWatch(url: string): Promise<{ events: Promise<string> }> {
+    const res = await fetch(`${url}/v1/sandboxes/${id}/files/watch?path=${q('/root')}&recursive=true`, {
+      headers: h.admin,
+      signal: AbortSignal.timeout(20_000),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body?.getReader();
+    let text = '';
+    while (!text.includes('"ready"')) {
+      const chunk = await reader?.read();
+      if (chunk === undefined || chunk.done) break;
+      text += Buffer.from(chunk.value).toString();
+    }
+    const events = (async () => {
+      while (!text.includes('"end"')) {
+        const chunk = await reader?.read().catch(() => undefined);
+        if (chunk === undefined || chunk.done) break;
+        text += Buffer.from(chunk.value).toString();
+      }
+      return text;
+    })();
+    return { events };
+  }
+
+  test('is ended by a pause and a delete instead of failing them (its handles kept the overlay busy)', async () => {
+    const url = await h.burrow.app.listen({ host: '127.0.0.1', port: 0 });
+    const first = await openWatch(url);
+    // The pause used to fail after its checkpoint ("cannot unmount …: busy"), leaving a dead sandbox marked running.
+    const paused = await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/pause`, headers: h.admin });
+    expect(paused.statusCode, paused.body).toBe(200);
+    expect(paused.json().state).toBe('paused');
+    expect(await first.events).toMatch(/"type":"end","reason":"[^"]*pausing, stopping or being deleted/);
+    const second = await openWatch(url); // resumes it (auto-resume)
+    // The delete used to answer 500 "was not fully removed" until the watch noticed on its own.
+    const deleted = await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: h.admin });
+    expect(deleted.statusCode, deleted.body).toBe(204);
+    expect(await second.events).toContain('"type":"end"');
+  });
+});
