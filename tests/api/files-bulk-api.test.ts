@@ -131,6 +131,7 @@ describe('files: batch, exists, chmod, archives, watch', () => {
     });
     expect(notTar.statusCode).toBe(400);
     expect(notTar.json().error.code).toBe('invalid_request');
+    expect(notTar.json().error.hint).toMatch(/tar -czf/); // says what to send
     const onFile = await h.burrow.app.inject({
       method: 'GET',
       url: `/v1/sandboxes/${id}/files/archive?path=${q('/root/proj/src/main.py')}`,

@@ -16,11 +16,17 @@ const FS_HINTS: Partial<Record<ErrorCode, string>> = {
   no_space: 'free space in the sandbox, or create it with a larger diskMiB',
   forbidden: 'the sandbox file system refused the operation (read-only or permission bits)',
 };
+/** For a malformed archive upload (the one other `invalid_request` from the file system says what to do itself). */
+const BAD_ARCHIVE_HINT =
+  'send a whole tar or gzip-compressed tar (for example `tar -czf - DIR`); entries extracted before the error stay';
 
 /** Turn a {@link FsError} into the API error envelope; anything else passes through. */
 export function mapFsError(error: unknown): unknown {
   if (!(error instanceof FsError)) return error;
-  const hint = FS_HINTS[error.code];
+  const hint =
+    error.code === 'invalid_request' && error.message.startsWith('not a valid tar archive')
+      ? BAD_ARCHIVE_HINT
+      : FS_HINTS[error.code];
   return new ApiError(error.code, error.message, { ...(hint === undefined ? {} : { hint }), cause: error });
 }
 
