@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, readdir, readFile, rm, stat } from 'node:fs/promises';
+import { link, mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   type CheckpointInfo,
@@ -243,7 +243,7 @@ export class GvisorCheckpointer {
     crashPoint('resume:before-restore');
     await this.restoreInto(options, location.imageDir, timer);
     crashPoint('resume:after-restore');
-    await rm(paths.checkpointDir, { recursive: true, force: true });
+    await dropSpentImage(paths);
     timer.mark('dropImage');
     this.host.info?.({ sandboxId, totalMs: timer.totalMs(), stepsMs: timer.stepsMs }, 'resume steps');
   }
@@ -375,7 +375,9 @@ export class GvisorCheckpointer {
     const paths = this.host.paths(sandboxId);
     const entries = await readdir(paths.dir).catch(() => [] as string[]);
     for (const name of entries) {
-      if (name.startsWith('fork-')) await rm(join(paths.dir, name), { recursive: true, force: true });
+      if (name.startsWith('fork-') || name.startsWith(SPENT_PREFIX)) {
+        await rm(join(paths.dir, name), { recursive: true, force: true });
+      }
     }
     const paused = await readManifest(this.pauseLocation(sandboxId)).catch(() => null);
     const state = await this.host.runsc.state(sandboxId);
@@ -545,6 +547,25 @@ async function killAndWait(pid: number, timeoutMs = 10_000): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
   throw new RuntimeError(`process ${pid} did not exit after SIGKILL`);
+}
+
+/** Name prefix of a spent pause image moved aside by {@link dropSpentImage} (removed by `settle` after a crash). */
+const SPENT_PREFIX = 'spent-';
+
+/**
+ * Move a restored pause image out of the way at once (a rename) and delete it in the background: deleting a
+ * 543 MB image took 0.45–0.55 s of the resume here. A crash before the delete ends leaves a `spent-*` directory
+ * that `settle` removes.
+ */
+async function dropSpentImage(paths: { dir: string; checkpointDir: string }): Promise<void> {
+  const spent = join(paths.dir, `${SPENT_PREFIX}${randomBytes(6).toString('hex')}`);
+  try {
+    await rename(paths.checkpointDir, spent);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw error;
+  }
+  void rm(spent, { recursive: true, force: true }).catch(() => undefined);
 }
 
 /** Unmount everything under `dir`, retrying while busy; never lazily, so the disk really is released. */
