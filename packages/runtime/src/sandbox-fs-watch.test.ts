@@ -1,10 +1,10 @@
-import { mkdir, mkdtemp, rename, rm, symlink, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rename, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FileWatchEvent } from '@burrow/contract';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SandboxFs } from './sandbox-fs.js';
-import { type DirectoryWatch, watchDirectory } from './sandbox-fs-watch.js';
+import { type DirectoryWatch, WATCH_BUDGET, watchDirectory } from './sandbox-fs-watch.js';
 
 let base: string;
 let root: string;
@@ -92,6 +92,25 @@ describe('watchDirectory', () => {
     const leaked = events.filter((e) => 'path' in e && e.path.includes('canary'));
     expect(leaked).toEqual([]);
     expect(events.some((e) => e.type === 'create' && e.path === '/w/flip')).toBe(true);
+  });
+
+  it('holds at most WATCH_BUDGET.max directory handles over all watches (a few big recursive watches exhausted the fds)', async () => {
+    for (let i = 0; i < 10; i++) await mkdir(join(root, `w/d${i}`));
+    const savedMax = WATCH_BUDGET.max;
+    const usedBefore = WATCH_BUDGET.used;
+    WATCH_BUDGET.max = usedBefore + 6;
+    const fdsBefore = (await readdir('/proc/self/fd')).length;
+    const watches: DirectoryWatch[] = [];
+    try {
+      for (let i = 0; i < 3; i++) watches.push(await watchDirectory(fs, '/w', () => undefined, { recursive: true }));
+      // The first watch: its top directory and 5 more; the others: their top directory only.
+      expect(WATCH_BUDGET.used - usedBefore).toBe(8);
+      expect((await readdir('/proc/self/fd')).length - fdsBefore).toBeLessThanOrEqual(8);
+    } finally {
+      WATCH_BUDGET.max = savedMax;
+      for (const w of watches) await w.close();
+    }
+    expect(WATCH_BUDGET.used).toBe(usedBefore);
   });
 
   it('ends when the watched directory is removed', async () => {

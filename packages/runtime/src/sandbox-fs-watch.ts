@@ -35,6 +35,14 @@ interface WatchedDir {
 }
 
 /**
+ * Directories watched by all watches of this process together. Each holds a handle: six recursive watches of a
+ * tree of 3,700 directories exhausted the server's 20,000 file descriptors, and every other request then failed.
+ * Past `max`, subdirectories are left unwatched, as past a watch's own `maxDirectories` (its top directory is
+ * always watched). `used` is maintained by the watches; tests may lower `max`.
+ */
+export const WATCH_BUDGET = { max: 8192, used: 0 };
+
+/**
  * Watch the directory `path` of a sandbox for create, modify, delete and rename events (inotify on the host side;
  * under runsc `--file-access=shared` the sandbox's own writes reach the host file system and are seen).
  *
@@ -70,6 +78,7 @@ export async function watchDirectory(
     for (const [p, d] of dirs) {
       if (p === prefix || p.startsWith(`${prefix}/`)) {
         dirs.delete(p);
+        WATCH_BUDGET.used--;
         d.watcher.close();
         await d.handle.close().catch(() => undefined);
       }
@@ -77,7 +86,8 @@ export async function watchDirectory(
   };
 
   const addDir = async (handle: FileHandle, dirPath: string, announce: boolean): Promise<void> => {
-    if (closed || dirs.has(dirPath) || dirs.size >= maxDirectories) {
+    const overBudget = dirs.size > 0 && WATCH_BUDGET.used >= WATCH_BUDGET.max;
+    if (closed || dirs.has(dirPath) || dirs.size >= maxDirectories || overBudget) {
       await handle.close().catch(() => undefined);
       return;
     }
@@ -93,6 +103,7 @@ export async function watchDirectory(
     }
     d.watcher.on('error', () => undefined);
     dirs.set(dirPath, d);
+    WATCH_BUDGET.used++;
     const names = await readdir(`/proc/self/fd/${handle.fd}`).catch(() => [] as string[]);
     for (const name of names) {
       const st = await lstat(`/proc/self/fd/${handle.fd}/${name}`).catch(() => null);
@@ -165,6 +176,7 @@ export async function watchDirectory(
     pendingDeletes.clear();
     const all = [...dirs.values()];
     dirs.clear();
+    WATCH_BUDGET.used -= all.length;
     for (const d of all) d.watcher.close();
     await Promise.all(all.map((d) => d.handle.close().catch(() => undefined)));
   };
