@@ -195,7 +195,7 @@ export class HostHygiene {
           if (fresh === null || !ended(fresh.state) || fresh.quarantine) return;
           if ((await driver.observe(fresh.id)).status !== 'stopped') return;
           await driver.stop(fresh.id);
-          (report.released ??= []).push(fresh.id);
+          report.released = [...(report.released ?? []), fresh.id];
           logger.warn(
             { sandboxId: fresh.id, state: fresh.state, kinds },
             'released the host runtime of an ended sandbox',
