@@ -117,6 +117,41 @@ describe('the policy enforcer (fixed clock)', () => {
     for (const s of [idle, busy]) await call('DELETE', `/v1/sandboxes/${s.id}`);
   });
 
+  test('snapshot retention warns first and deletes only after the full warning time; the view shows when', async () => {
+    const sbx = await create({ timeoutMs: null, snapshotKeepLast: 1 });
+    const snap = async () => {
+      const res = await call('POST', `/v1/sandboxes/${sbx.id}/snapshots`, {});
+      expect(res.statusCode, res.body).toBe(201);
+      return res.json() as { id: string };
+    };
+    const older = await snap();
+    nowMs += 1_000;
+    const newer = await snap();
+    const first = await burrow.policies.runOnce();
+    expect(first.warned).toContain(older.id);
+    expect(first.snapshotsDeleted).toEqual([]);
+    const shown = (await call('GET', `/v1/snapshots/${older.id}`)).json() as { expiresAt: string; expiry: unknown };
+    expect(shown.expiresAt).toBe(new Date(nowMs + WARNING_MS).toISOString());
+    expect(shown.expiry).toMatchObject({ action: 'delete', reason: 'snapshot-retention' });
+    expect((await burrow.policies.runOnce()).snapshotsDeleted).toEqual([]);
+    nowMs += WARNING_MS;
+    expect((await burrow.policies.runOnce()).snapshotsDeleted).toEqual([older.id]);
+    expect((await call('GET', `/v1/snapshots/${newer.id}`)).statusCode).toBe(200);
+    const list = (await events(`sandboxId=${sbx.id}`)).filter((e) => e.snapshotId === older.id);
+    expect(list.map((e) => e.type)).toEqual(['snapshot_created', 'warning', 'snapshot_deleted']);
+    expect(list[1]?.data).toMatchObject({ policy: 'keep-last', action: 'delete' });
+    // Raising keep-last before the deletion withdraws the plan: nothing is deleted and the view forgets it.
+    const third = await snap();
+    expect((await burrow.policies.runOnce()).warned).toContain(newer.id);
+    expect((await call('PATCH', `/v1/sandboxes/${sbx.id}`, { snapshotKeepLast: 5 })).statusCode).toBe(200);
+    await burrow.policies.runOnce();
+    nowMs += WARNING_MS;
+    expect((await burrow.policies.runOnce()).snapshotsDeleted).toEqual([]);
+    expect(((await call('GET', `/v1/snapshots/${newer.id}`)).json() as { expiresAt: unknown }).expiresAt).toBeNull();
+    for (const id of [newer.id, third.id]) expect((await call('GET', `/v1/snapshots/${id}`)).statusCode).toBe(200);
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+  });
+
   test('an expired sandbox is deleted only after its warning event, and the full warning time', async () => {
     const sbx = await create({ timeoutMs: 10_000 });
     nowMs += 20_000; // past the deadline without a warning (as after downtime)

@@ -39,7 +39,11 @@ export const SnapshotSchema = z
     /** Runtime build the image needs, for example `runsc version 0.0~20240729.0 systrap`. */
     runtimeVersion: z.string(),
     createdAt: InstantSchema,
-    /** When retention deletes it (ISO-8601), or null. Keep-last-N of its sandbox can delete it earlier. */
+    /**
+     * When retention deletes it (ISO-8601), or null. Keep-last-N of its sandbox can delete it earlier: such a
+     * deletion is announced by a `warning` event at least `BURROW_EXPIRY_WARNING_MS` ahead, and from then on this
+     * shows when it will be carried out.
+     */
     expiresAt: InstantSchema.nullable(),
     /** The deadline as `{ at, action: 'delete', reason: 'snapshot-retention' }`, or null. */
     expiry: ExpirySchema.nullable(),

@@ -7,7 +7,7 @@ import {
   extendedTimeoutAt,
   type LifecyclePolicy,
   type PolicyFacts,
-  snapshotsToExpire,
+  snapshotRetentionSteps,
 } from './lifecycle-policy.js';
 
 const NOW = Date.parse('2026-11-29T08:00:00.000Z');
@@ -222,28 +222,77 @@ describe('extendedTimeoutAt', () => {
     expect(extendedTimeoutAt(NOW, null, NOW + M, { allowShorten: false })).toBeNull());
 });
 
-describe('snapshotsToExpire', () => {
-  const snap = (id: string, sandboxId: string, ageMs: number, expiresInMs: number | null) => ({
+describe('snapshotRetentionSteps', () => {
+  const W = 60 * S;
+  const snap = (
+    id: string,
+    sandboxId: string,
+    ageMs: number,
+    expiresInMs: number | null,
+    deleteInMs: number | null = null,
+  ) => ({
     id,
     sandboxId,
     createdAtMs: NOW - ageMs,
     expiresAtMs: expiresInMs === null ? null : NOW + expiresInMs,
+    deleteAtMs: deleteInMs === null ? null : NOW + deleteInMs,
   });
-  test('past expiresAt goes; the next expiry is reported', () => {
-    const r = snapshotsToExpire(NOW, [snap('a', 's', 3 * M, -S), snap('b', 's', 2 * M, 5 * M)], new Map());
-    expect(r.expired).toEqual([{ id: 'a', reason: 'expires-at' }]);
-    expect(r.nextCheckAtMs).toBe(NOW + 5 * M);
+  test('past expiresAt without a warning: warn now, delete a full warning time later', () => {
+    const r = snapshotRetentionSteps(NOW, [snap('a', 's', 3 * M, -S), snap('b', 's', 2 * M, 5 * M)], new Map(), W);
+    expect(r.steps).toEqual([{ type: 'warn', id: 'a', reason: 'expires-at', deleteAtMs: NOW + W }]);
+    expect(r.nextCheckAtMs).toBe(NOW + W);
   });
-  test('keep-last-N per sandbox keeps the newest', () => {
-    const r = snapshotsToExpire(
+  test('the warning comes warningMs before expiresAt, the deletion at expiresAt', () => {
+    expect(snapshotRetentionSteps(NOW, [snap('a', 's', M, 2 * W)], new Map(), W)).toEqual({
+      steps: [],
+      nextCheckAtMs: NOW + W,
+    });
+    expect(snapshotRetentionSteps(NOW, [snap('a', 's', M, W / 2)], new Map(), W).steps).toEqual([
+      { type: 'warn', id: 'a', reason: 'expires-at', deleteAtMs: NOW + W },
+    ]);
+    expect(snapshotRetentionSteps(NOW, [snap('a', 's', M, -S, -1)], new Map(), W).steps).toEqual([
+      { type: 'delete', id: 'a', reason: 'expires-at' },
+    ]);
+    // Warned, but expiresAt was moved later inside the warning window: the later time wins.
+    expect(snapshotRetentionSteps(NOW, [snap('a', 's', M, S, -1)], new Map(), W)).toEqual({
+      steps: [],
+      nextCheckAtMs: NOW + S,
+    });
+  });
+  test('keep-last-N per sandbox: the excess is warned, then deleted after the warning time', () => {
+    const facts = [
+      snap('a', 's', 3 * M, null),
+      snap('b', 's', 2 * M, null),
+      snap('c', 's', M, null),
+      snap('x', 't', 9 * M, null),
+    ];
+    expect(snapshotRetentionSteps(NOW, facts, new Map([['s', 2]]), W).steps).toEqual([
+      { type: 'warn', id: 'a', reason: 'keep-last', deleteAtMs: NOW + W },
+    ]);
+    const warned = [snap('a', 's', 3 * M, null, W), ...facts.slice(1)];
+    expect(snapshotRetentionSteps(NOW, warned, new Map([['s', 2]]), W).steps).toEqual([]);
+    expect(snapshotRetentionSteps(NOW + W, warned, new Map([['s', 2]]), W).steps).toEqual([
+      { type: 'delete', id: 'a', reason: 'keep-last' },
+    ]);
+  });
+  test('keep-last 0 warns about every snapshot of that sandbox', () => {
+    const r = snapshotRetentionSteps(
       NOW,
-      [snap('a', 's', 3 * M, null), snap('b', 's', 2 * M, null), snap('c', 's', M, null), snap('x', 't', 9 * M, null)],
-      new Map([['s', 2]]),
+      [snap('a', 's', 3 * M, null), snap('b', 's', 2 * M, null)],
+      new Map([['s', 0]]),
+      W,
     );
-    expect(r.expired).toEqual([{ id: 'a', reason: 'keep-last' }]);
+    expect(r.steps.map((e) => [e.type, e.id])).toEqual([
+      ['warn', 'a'],
+      ['warn', 'b'],
+    ]);
   });
-  test('keep-last 0 removes all of that sandbox', () => {
-    const r = snapshotsToExpire(NOW, [snap('a', 's', 3 * M, null), snap('b', 's', 2 * M, null)], new Map([['s', 0]]));
-    expect(r.expired.map((e) => e.id)).toEqual(['a', 'b']);
+  test('a warned snapshot that is no longer due has its warning cleared', () => {
+    expect(snapshotRetentionSteps(NOW, [snap('a', 's', M, null, W)], new Map(), W).steps).toEqual([
+      { type: 'clear', id: 'a' },
+    ]);
+    expect(snapshotRetentionSteps(NOW, [snap('a', 's', M, 10 * W, W)], new Map(), W).steps).toEqual([
+      { type: 'clear', id: 'a' },
+    ]);
   });
 });

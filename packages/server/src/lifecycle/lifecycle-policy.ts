@@ -193,38 +193,72 @@ export interface SnapshotFacts {
   createdAtMs: number;
   /** When it expires (epoch ms), or null. */
   expiresAtMs: number | null;
+  /** When retention deletes it (epoch ms), set when its warning was recorded; null while not warned. */
+  deleteAtMs: number | null;
 }
 
+/** Why retention deletes a snapshot: its `expiresAt` passed, or it is beyond keep-last-N of its sandbox. */
+export type SnapshotRetentionReason = 'expires-at' | 'keep-last';
+
+/** One retention step for one snapshot. */
+export type SnapshotRetentionStep =
+  /** Record a warning event and the planned deletion time. */
+  | { type: 'warn'; id: string; reason: SnapshotRetentionReason; deleteAtMs: number }
+  /** Delete it now (its warning came at least `warningMs` before). */
+  | { type: 'delete'; id: string; reason: SnapshotRetentionReason }
+  /** It is no longer due (expiresAt extended, keep-last raised, newer ones deleted): forget the warning. */
+  | { type: 'clear'; id: string };
+
 /**
- * Snapshots to delete by retention: those past their `expiresAt`, and per sandbox all but the newest
- * `keepLast` (per source sandbox, from `keepLastBySandbox`; missing means keep all).
- * @returns `{ id, reason }` per snapshot to delete, oldest first, and the next expiry (epoch ms) or null
+ * Snapshot retention as warn-then-delete, like sandbox deletions by policy: a snapshot is due at its `expiresAt`,
+ * or at once when it is beyond the newest `keepLast` of its sandbox (per source sandbox, from `keepLastBySandbox`;
+ * missing means keep all). Its warning comes `warningMs` before it is due (at once when that time has passed), and
+ * the deletion at `max(due, warning + warningMs)`, so every deletion by retention is announced at least
+ * `warningMs` ahead.
+ * @param warningMs how long before a deletion its warning comes, ms
+ * @returns the steps due at `nowMs` (oldest snapshot first) and when to look again (epoch ms) or null
  */
-export function snapshotsToExpire(
+export function snapshotRetentionSteps(
   nowMs: number,
   snapshots: readonly SnapshotFacts[],
   keepLastBySandbox: ReadonlyMap<string, number>,
-): { expired: Array<{ id: string; reason: 'expires-at' | 'keep-last' }>; nextCheckAtMs: number | null } {
-  const expired = new Map<string, 'expires-at' | 'keep-last'>();
-  let nextCheckAtMs: number | null = null;
-  for (const s of snapshots) {
-    if (s.expiresAtMs === null) continue;
-    if (s.expiresAtMs <= nowMs) expired.set(s.id, 'expires-at');
-    else nextCheckAtMs = nextCheckAtMs === null ? s.expiresAtMs : Math.min(nextCheckAtMs, s.expiresAtMs);
-  }
+  warningMs: number,
+): { steps: SnapshotRetentionStep[]; nextCheckAtMs: number | null } {
+  const excess = new Set<string>();
   const bySandbox = new Map<string, SnapshotFacts[]>();
   for (const s of snapshots) bySandbox.set(s.sandboxId, [...(bySandbox.get(s.sandboxId) ?? []), s]);
   for (const [sandboxId, list] of bySandbox) {
     const keep = keepLastBySandbox.get(sandboxId);
     if (keep === undefined) continue;
     const newestFirst = [...list].sort((a, b) => b.createdAtMs - a.createdAtMs || b.id.localeCompare(a.id));
-    for (const s of newestFirst.slice(keep)) if (!expired.has(s.id)) expired.set(s.id, 'keep-last');
+    for (const s of newestFirst.slice(keep)) excess.add(s.id);
   }
-  const order = new Map(snapshots.map((s) => [s.id, s.createdAtMs]));
-  return {
-    expired: [...expired.entries()]
-      .map(([id, reason]) => ({ id, reason }))
-      .sort((a, b) => (order.get(a.id) ?? 0) - (order.get(b.id) ?? 0)),
-    nextCheckAtMs,
+  const steps: SnapshotRetentionStep[] = [];
+  let nextCheckAtMs: number | null = null;
+  const checkAt = (atMs: number) => {
+    nextCheckAtMs = nextCheckAtMs === null ? atMs : Math.min(nextCheckAtMs, atMs);
   };
+  for (const s of [...snapshots].sort((a, b) => a.createdAtMs - b.createdAtMs || a.id.localeCompare(b.id))) {
+    const due: { atMs: number; reason: SnapshotRetentionReason } | null = excess.has(s.id)
+      ? { atMs: nowMs, reason: 'keep-last' }
+      : s.expiresAtMs !== null
+        ? { atMs: s.expiresAtMs, reason: 'expires-at' }
+        : null;
+    const warnAtMs = due === null ? null : due.atMs - warningMs;
+    if (due === null || warnAtMs === null || warnAtMs > nowMs) {
+      if (s.deleteAtMs !== null) steps.push({ type: 'clear', id: s.id });
+      if (warnAtMs !== null) checkAt(warnAtMs);
+      continue;
+    }
+    if (s.deleteAtMs === null) {
+      const deleteAtMs = Math.max(due.atMs, nowMs + warningMs);
+      steps.push({ type: 'warn', id: s.id, reason: due.reason, deleteAtMs });
+      checkAt(deleteAtMs);
+      continue;
+    }
+    const deleteAtMs = Math.max(due.atMs, s.deleteAtMs);
+    if (deleteAtMs <= nowMs) steps.push({ type: 'delete', id: s.id, reason: due.reason });
+    else checkAt(deleteAtMs);
+  }
+  return { steps, nextCheckAtMs };
 }

@@ -11,7 +11,7 @@ import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { ActivityTracker } from './activity-tracker.js';
 import { type ActorContext, SYSTEM_RECONCILER } from './actor-context.js';
 import { deadlinesOf, isPolicyExempt } from './expiry-view.js';
-import { type Deadline, decidePolicyStep, type PolicyStep, snapshotsToExpire } from './lifecycle-policy.js';
+import { type Deadline, decidePolicyStep, type PolicyStep, snapshotRetentionSteps } from './lifecycle-policy.js';
 
 /** Longest wait for the background-command probe before an idle pause, ms (then the sandbox counts as busy). */
 const BUSY_PROBE_TIMEOUT_MS = 5000;
@@ -285,9 +285,12 @@ export class PolicyEnforcer {
     });
   }
 
-  /** Snapshot retention: past `expiresAt`, and beyond keep-last-N of their sandbox. */
+  /**
+   * Snapshot retention: past `expiresAt`, or beyond keep-last-N of their sandbox; each deletion is announced by a
+   * `warning` event at least `warningMs` ahead (the planned time is stored and shown as the snapshot's `expiresAt`).
+   */
   private async expireSnapshots(rows: SandboxRecord[], report: PolicyReport): Promise<void> {
-    const { snapshots, blobs, mutex, clock, events } = this.deps;
+    const { snapshots, blobs, mutex, clock, events, warningMs } = this.deps;
     const keep = new Map<string, number>();
     const exempt = new Set<string>();
     for (const r of rows) {
@@ -296,22 +299,49 @@ export class PolicyEnforcer {
       if (isPolicyExempt(r)) exempt.add(r.id);
     }
     const all = (await snapshots.listAcrossTenants()).filter((s) => s.state === 'ready' && !exempt.has(s.sandboxId));
-    const { expired } = snapshotsToExpire(
+    const { steps } = snapshotRetentionSteps(
       clock.nowMs(),
       all.map((s) => ({
         id: s.id,
         sandboxId: s.sandboxId,
         createdAtMs: Date.parse(s.createdAt),
         expiresAtMs: s.expiresAt ? Date.parse(s.expiresAt) : null,
+        deleteAtMs: s.retentionDeleteAt ? Date.parse(s.retentionDeleteAt) : null,
       })),
       keep,
+      warningMs,
     );
     const byId = new Map(all.map((s) => [s.id, s]));
-    for (const { id, reason } of expired) {
-      const snapshot = byId.get(id);
+    for (const step of steps) {
+      const snapshot = byId.get(step.id);
       if (snapshot === undefined || mutex.isBusy(snapshot.sandboxId)) continue;
-      const why = reason === 'expires-at' ? 'SnapshotRetentionExpired' : 'SnapshotKeepLast';
+      const { id } = step;
+      const label = snapshot.name ?? id;
       try {
+        if (step.type === 'clear') {
+          await snapshots.setRetentionDeleteAt(id, null);
+          continue;
+        }
+        const why = step.reason === 'expires-at' ? 'SnapshotRetentionExpired' : 'SnapshotKeepLast';
+        if (step.type === 'warn') {
+          const deleteAt = new Date(step.deleteAtMs).toISOString();
+          await mutex.run(snapshot.sandboxId, async () => {
+            await events.record({
+              tenantId: snapshot.tenantId,
+              type: 'warning',
+              sandboxId: snapshot.sandboxId,
+              snapshotId: id,
+              reason: 'ExpiryWarning',
+              message:
+                `snapshot ${label} will be deleted at ${deleteAt} by retention (${step.reason}); ` +
+                "raise the sandbox's snapshotKeepLast or extend the snapshot's expiresAt to keep it",
+              data: { deleteAt, policy: step.reason, action: 'delete', name: snapshot.name },
+            });
+            await snapshots.setRetentionDeleteAt(id, deleteAt);
+          });
+          report.warned.push(id);
+          continue;
+        }
         await this.deps.actors.run({ actor: SYSTEM_RECONCILER, reason: why }, () =>
           mutex.run(snapshot.sandboxId, async () => {
             await blobs.delete(id);
@@ -321,8 +351,8 @@ export class PolicyEnforcer {
               type: 'snapshot_deleted',
               sandboxId: snapshot.sandboxId,
               snapshotId: id,
-              message: `snapshot ${snapshot.name ?? id} deleted by retention (${reason})`,
-              data: { name: snapshot.name, policy: reason },
+              message: `snapshot ${label} deleted by retention (${step.reason})`,
+              data: { name: snapshot.name, policy: step.reason },
             });
           }),
         );

@@ -45,6 +45,9 @@ export interface PersistenceDeps {
 
 /** A snapshot row as the API shows it. */
 export function toSnapshot(r: SnapshotRecord): Snapshot {
+  // Once retention announced the deletion (its warning event), the time it will be carried out.
+  const times = [r.expiresAt, r.retentionDeleteAt].filter((t): t is string => typeof t === 'string');
+  const deletionAt = times.length === 0 ? null : times.reduce((a, b) => (Date.parse(a) >= Date.parse(b) ? a : b));
   return {
     id: r.id,
     name: r.name,
@@ -56,11 +59,8 @@ export function toSnapshot(r: SnapshotRecord): Snapshot {
     diskSizeBytes: r.diskSizeBytes,
     runtimeVersion: r.runtimeVersion,
     createdAt: r.createdAt,
-    expiresAt: r.expiresAt ?? null,
-    expiry:
-      r.expiresAt === null || r.expiresAt === undefined
-        ? null
-        : { at: r.expiresAt, action: 'delete', reason: 'snapshot-retention' },
+    expiresAt: deletionAt,
+    expiry: deletionAt === null ? null : { at: deletionAt, action: 'delete', reason: 'snapshot-retention' },
   };
 }
 

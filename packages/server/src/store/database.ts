@@ -84,6 +84,8 @@ export interface SnapshotsTable {
   created_at: string;
   /** Retention deadline (ISO-8601), or null. From 0300. */
   expires_at?: string | null;
+  /** When retention deletes it (ISO-8601), set with its warning event; null while not warned. From 0800. */
+  retention_delete_at?: string | null;
 }
 
 /** `events`: every lifecycle transition, in `seq` order (the public event id). */

@@ -199,6 +199,16 @@ MIGRATIONS['0400_quarantine'] = {
   },
 };
 
+/** Issue 6: snapshot retention warns before it deletes (the planned deletion time, set with the warning). */
+MIGRATIONS['0800_snapshot_retention_warning'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema.alterTable('snapshots').addColumn('retention_delete_at', 'text').execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.alterTable('snapshots').dropColumn('retention_delete_at').execute();
+  },
+};
+
 class StaticMigrationProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return MIGRATIONS;

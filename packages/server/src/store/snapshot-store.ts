@@ -29,6 +29,8 @@ export interface SnapshotRecord {
   createdAt: string;
   /** Retention deadline (ISO-8601), or null. @default null */
   expiresAt?: string | null;
+  /** When retention deletes it (ISO-8601), set when its warning event was recorded; null while not warned. */
+  retentionDeleteAt?: string | null;
 }
 
 function toRecord(row: Selectable<SnapshotsTable>): SnapshotRecord {
@@ -47,6 +49,7 @@ function toRecord(row: Selectable<SnapshotsTable>): SnapshotRecord {
     settings: JSON.parse(row.settings) as SnapshotSettings,
     createdAt: row.created_at,
     expiresAt: row.expires_at ?? null,
+    retentionDeleteAt: row.retention_delete_at ?? null,
   };
 }
 
@@ -138,6 +141,11 @@ export class SnapshotStore {
   /** Set the retention deadline of snapshot `id` (ISO-8601, or null for none). */
   async setExpiresAt(id: string, expiresAt: string | null): Promise<void> {
     await this.db.updateTable('snapshots').set({ expires_at: expiresAt }).where('id', '=', id).execute();
+  }
+
+  /** Record (ISO-8601) or forget (null) when retention deletes snapshot `id` (set with its warning event). */
+  async setRetentionDeleteAt(id: string, at: string | null): Promise<void> {
+    await this.db.updateTable('snapshots').set({ retention_delete_at: at }).where('id', '=', id).execute();
   }
 
   async remove(id: string): Promise<void> {
