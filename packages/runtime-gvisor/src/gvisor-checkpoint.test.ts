@@ -142,6 +142,13 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     expect((await runsc.state(id))?.status).toBe('running');
     execFileSync('runsc', ['--root', join(dataDir, 'runsc'), 'pause', id]);
     expect(await runsc.state(id)).toEqual({ ...raw(), status: 'paused' });
+    // Held still, then its sentry dies: runsc keeps saying paused; we say stopped.
+    const held = await create();
+    execFileSync('runsc', ['--root', join(dataDir, 'runsc'), 'pause', held]);
+    process.kill((await runsc.state(held))?.pid ?? 0, 'SIGKILL');
+    for (let i = 0; i < 200 && (await runsc.state(held))?.status !== 'stopped'; i++)
+      await new Promise((r) => setTimeout(r, 20));
+    expect((await runsc.state(held))?.status).toBe('stopped');
     execFileSync('runsc', ['--root', join(dataDir, 'runsc'), 'resume', id]);
     const { pid } = raw();
     process.kill(pid, 'SIGKILL');

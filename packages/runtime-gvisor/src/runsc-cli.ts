@@ -77,9 +77,10 @@ export class RunscCli {
   /**
    * State of one container, or null when runsc does not know it. Read from runsc's state file when it has the
    * fields this runsc version writes (a file read instead of a `runsc state` process: 50–150 ms each here, and the
-   * reconciler, pause, resume and every exec ask), with runsc's own liveness rule: a `created` or `running`
-   * container whose sandbox process has exited is `stopped`; `paused` is reported as written. Falls back to
-   * `runsc state` when the file is missing fields or mid-write.
+   * reconciler, pause, resume and every exec ask). A container whose sandbox process has exited is `stopped`, also
+   * when runsc wrote `paused` (runsc itself keeps saying `paused` for a container it held still whose sentry then
+   * died, which made such a sandbox look alive). Falls back to `runsc state` when the file is missing fields or
+   * mid-write.
    */
   async state(id: string): Promise<RunscState | null> {
     const fromFile = await this.stateFromFile(id);
@@ -105,7 +106,7 @@ export class RunscCli {
     }
     const fields = stateFileFields(file);
     if (fields === null) return undefined;
-    const live = fields.status === 'created' || fields.status === 'running' ? await processAlive(fields.pid) : true;
+    const live = fields.status === 'stopped' || (await processAlive(fields.pid));
     return { id, status: live ? fields.status : 'stopped', pid: fields.pid };
   }
 
