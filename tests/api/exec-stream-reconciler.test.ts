@@ -136,6 +136,7 @@ describe('reconciler', () => {
       markedError: [],
       orphansFound: [],
       orphansReaped: [],
+      released: [],
       failures: [],
     });
   });
