@@ -382,6 +382,9 @@ export class CommandService {
     while (Date.now() < deadline) {
       if (await fs.exists(`${dir}/state.json`).catch(() => false)) return { exitCode: 0, stdout: '', stderr: '' };
       if (await fs.exists(`${dir}/exit.json`).catch(() => false)) {
+        // A quick command can start and end between the two checks: state.json is always written first, so with
+        // it present the command ran (exit.json is its end); without it the supervisor failed to start it.
+        if (await fs.exists(`${dir}/state.json`).catch(() => false)) return { exitCode: 0, stdout: '', stderr: '' };
         const failed = await readJson(fs, `${dir}/exit.json`, ExitFileSchema).catch(() => null);
         return { exitCode: 1, stdout: '', stderr: JSON.stringify(failed) };
       }
