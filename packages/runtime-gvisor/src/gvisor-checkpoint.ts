@@ -381,6 +381,17 @@ export class GvisorCheckpointer {
     }
     const paused = await readManifest(this.pauseLocation(sandboxId)).catch(() => null);
     const state = await this.host.runsc.state(sandboxId);
+    if (paused !== null) {
+      // A live sentry with a sealed image: a restore finished and a crash came before the spent image was dropped.
+      if (state?.status === 'running' || state?.status === 'paused') {
+        await dropSpentImage(paths);
+        return;
+      }
+      // A pause returns before its container record and cgroups are gone (background teardown); a crash right
+      // after it left them behind (found by the chaos test). Releasing again is idempotent.
+      await this.releaseContainer(sandboxId);
+      return;
+    }
     if (paused === null && state?.status === 'paused') {
       // Held still by a fork or snapshot that a crash interrupted (a pause would have left an image or killed it).
       const imageStarted = await stat(paths.checkpointDir).then(
