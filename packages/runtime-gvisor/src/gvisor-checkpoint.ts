@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { link, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   type CheckpointInfo,
@@ -23,7 +23,14 @@ import {
   verifyState,
   writeManifest,
 } from './checkpoint-files.js';
-import { detachLoopDevices, loopDevicesUnder, mountsUnder, mustRun, unmountAll } from './host-plumbing.js';
+import {
+  detachLoopDevices,
+  loopDevicesUnder,
+  mountsUnder,
+  mustRun,
+  processAlive,
+  unmountAll,
+} from './host-plumbing.js';
 import { abortError, tail } from './run-command.js';
 import type { RunscCli } from './runsc-cli.js';
 
@@ -168,7 +175,7 @@ export class GvisorCheckpointer {
     }
     const state = await this.host.runsc.state(sandboxId);
     const imageComplete = (await readdir(location.imageDir).catch(() => [] as string[])).includes('checkpoint.img');
-    const sentryGone = state === null || state.status === 'stopped' || !(await isAlive(state.pid));
+    const sentryGone = state === null || state.status === 'stopped' || !(await processAlive(state.pid));
     if (sentryGone && imageComplete) {
       // A crash after the checkpoint succeeded and the sentry was killed (runsc still says `paused` for a container
       // it held still, whatever became of its sentry): finish the pause.
@@ -532,15 +539,6 @@ export function snapshotLocation(dir: string): StateLocation {
   return { imageDir: join(dir, 'image'), diskPath: join(dir, 'disk.img'), manifestPath: join(dir, 'manifest.json') };
 }
 
-/** Whether a host process exists and has not exited (a zombie has). */
-async function isAlive(pid: number): Promise<boolean> {
-  if (pid <= 0) return false;
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
-  if (stat === null) return false;
-  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-  return state !== 'Z' && state !== 'X';
-}
-
 /** SIGKILL a host process and wait until it has exited (a zombie counts: its files are closed). */
 async function killAndWait(pid: number, timeoutMs = 10_000): Promise<void> {
   if (pid <= 0) return;
@@ -551,10 +549,7 @@ async function killAndWait(pid: number, timeoutMs = 10_000): Promise<void> {
   }
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
-    if (stat === null) return;
-    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-    if (state === 'Z' || state === 'X') return;
+    if (!(await processAlive(pid))) return;
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
   throw new RuntimeError(`process ${pid} did not exit after SIGKILL`);

@@ -142,6 +142,15 @@ async function cgroupPids(cgroupDir: string): Promise<number[]> {
     .filter((pid) => Number.isInteger(pid) && pid > 1);
 }
 
+/** Whether a host process exists and has not exited (a zombie has: its files are closed). */
+export async function processAlive(pid: number): Promise<boolean> {
+  if (pid <= 0) return false;
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
+  if (stat === null) return false;
+  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  return state !== 'Z' && state !== 'X';
+}
+
 /**
  * SIGKILL every process in a cgroup (`cgroup.procs`) and wait until it is empty, up to `waitMs` (a sentry can take
  * a moment to exit, and its cgroups cannot be removed before); a missing cgroup is fine.

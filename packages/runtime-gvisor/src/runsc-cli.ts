@@ -1,5 +1,6 @@
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { processAlive } from './host-plumbing.js';
 import { type CommandResult, runCommand } from './run-command.js';
 
 const STATUSES = new Set(['created', 'running', 'paused', 'stopped']);
@@ -13,15 +14,6 @@ function stateFileFields(file: unknown): { status: string; pid: number } | null 
     return null;
   }
   return { status, pid };
-}
-
-/** Whether a host process exists and has not exited (a zombie has). */
-async function processAlive(pid: number): Promise<boolean> {
-  if (pid <= 0) return false;
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
-  if (stat === null) return false;
-  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-  return state !== 'Z' && state !== 'X';
 }
 
 /** gVisor platform: `systrap` (fast syscalls) or `ptrace` (cheaper process creation). */

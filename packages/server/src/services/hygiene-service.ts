@@ -154,14 +154,17 @@ export class HygieneService {
       const what = snapshot === null ? `its template ${record.template}` : `snapshot ${snapshot.name ?? snapshot.id}`;
       // The row records the target and a `Reset` condition with status false before the old disk is deleted: a
       // crash after that point is finished as this reset by the reconciler (see `finishInterrupted`).
+      const targetFields = {
+        template: target.template,
+        templateId: target.templateId,
+        ...target.resources,
+        snapshotId: snapshot?.id ?? null,
+      };
       const resetting = await this.write(record, {
         patch: {
           state: 'resuming',
           desiredState: 'running',
-          template: target.template,
-          templateId: target.templateId,
-          ...target.resources,
-          snapshotId: snapshot?.id ?? null,
+          ...targetFields,
         },
         condition: this.condition(
           'Reset',
@@ -201,10 +204,7 @@ export class HygieneService {
       const updated = await this.write(resetting, {
         patch: {
           state: 'running',
-          template: target.template,
-          templateId: target.templateId,
-          ...target.resources,
-          snapshotId: snapshot?.id ?? null,
+          ...targetFields,
         },
         condition: this.condition(
           'Reset',
