@@ -43,6 +43,12 @@
 #define MAX_FRAME (16 * 1024 * 1024)
 /* How long a finished data connection waits for the host to close its side, in ms. */
 #define LINGER_MS 2000
+/*
+ * While a command runs, look for exited children at least this often (ms) even without a SIGCHLD wake-up: once in
+ * CI an exec whose background child held its stdout open ended only when that child did (30 s), as if the exit's
+ * wake-up was missed. A periodic waitpid bounds that to this plus OUTPUT_GRACE_MS.
+ */
+#define REAP_BACKSTOP_MS 500
 
 static const char *socket_path = "/.burrow-agent/agent.sock";
 
@@ -581,6 +587,7 @@ int main(int argc, char **argv) {
         owner[n] = e;
         kind[n++] = 5;
       }
+      if (!e->exited && (timeout < 0 || timeout > REAP_BACKSTOP_MS)) timeout = REAP_BACKSTOP_MS;
       if (e->exited && (e->out_fd >= 0 || e->err_fd >= 0)) {
         long long left = e->exited_at_ms + OUTPUT_GRACE_MS - now;
         int t = left > 0 ? (int)left : 0;

@@ -56,6 +56,10 @@ interface AgentEndpoint {
   pending: Map<string, { claim: (socket: Socket, first: FrameReader) => void; refuse: (reason: string) => void }>;
   /** Open data connections (ended on quiesce). */
   sockets: Set<Socket>;
+  /** Every open connection, identified or not yet (its first frame may still be on its way). */
+  connections: Set<Socket>;
+  /** Quiesced or closed: a connection accepted from now on is ended at once. */
+  closed: boolean;
 }
 
 /**
@@ -148,6 +152,8 @@ export class AgentHub {
       waiters: [],
       pending: new Map(),
       sockets: new Set(),
+      connections: new Set(),
+      closed: false,
     };
     this.endpoints.set(sandboxId, endpoint);
     await new Promise<void>((resolve, reject) => {
@@ -196,19 +202,26 @@ export class AgentHub {
     const endpoint = this.endpoints.get(sandboxId);
     if (!endpoint) return;
     this.endpoints.delete(sandboxId);
-    // No new connections; close()'s callback would wait for the open ones, which the agent is about to drop.
+    endpoint.closed = true;
     endpoint.server.close();
-    const control = endpoint.control;
-    if (control !== null && !control.destroyed) {
-      const closed = new Promise<void>((resolve) => {
-        control.once('close', () => resolve());
-        setTimeout(resolve, QUIESCE_TIMEOUT_MS).unref();
-      });
-      control.write(encodeFrame('Q'));
-      await closed;
-      control.destroy();
-    }
-    for (const socket of endpoint.sockets) socket.destroy();
+    // Not only the known control connection: one accepted just now whose hello is still on its way is the agent's
+    // next control connection, and left open it fails the checkpoint (chaos test, a pause 250 ms after a create).
+    // A data connection ignores the frame; the agent ends those itself when its control connection says quiesce.
+    const controls = [...endpoint.connections].filter((socket) => !endpoint.sockets.has(socket) && !socket.destroyed);
+    await Promise.all(
+      controls.map(
+        (socket) =>
+          new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, QUIESCE_TIMEOUT_MS);
+            socket.once('close', () => {
+              clearTimeout(timer);
+              resolve();
+            });
+            socket.write(encodeFrame('Q'));
+          }),
+      ),
+    );
+    for (const socket of endpoint.connections) socket.destroy();
     for (const waiter of endpoint.waiters) waiter(null);
     await rm(endpoint.socketPath, { force: true });
   }
@@ -218,8 +231,8 @@ export class AgentHub {
     const endpoint = this.endpoints.get(sandboxId);
     if (!endpoint) return;
     this.endpoints.delete(sandboxId);
-    endpoint.control?.destroy();
-    for (const socket of endpoint.sockets) socket.destroy();
+    endpoint.closed = true;
+    for (const socket of endpoint.connections) socket.destroy();
     for (const waiter of endpoint.waiters) waiter(null);
     endpoint.server.close();
     await rm(endpoint.socketPath, { force: true });
@@ -231,6 +244,12 @@ export class AgentHub {
   }
 
   private accept(endpoint: AgentEndpoint, socket: Socket): void {
+    if (endpoint.closed) {
+      socket.destroy();
+      return;
+    }
+    endpoint.connections.add(socket);
+    socket.on('close', () => endpoint.connections.delete(socket));
     const reader = new FrameReader(() => socket.destroy());
     const onData = (chunk: Buffer): void => reader.push(chunk);
     socket.on('data', onData);

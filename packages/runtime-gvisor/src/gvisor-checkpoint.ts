@@ -37,6 +37,13 @@ import type { RunscCli } from './runsc-cli.js';
 /** Undo steps of a half-done operation, run in reverse. */
 type UndoList = Array<() => Promise<void>>;
 
+/**
+ * A checkpoint failed because a process in the sandbox holds a connection to a host Unix socket: gVisor cannot
+ * save one. The sandbox keeps running. The exec agent's own connections are dropped before every checkpoint, so
+ * this is a race with the agent reconnecting or a sandbox process that connected to the agent's socket itself.
+ */
+export class HostSocketOpenError extends RuntimeError {}
+
 /** What the checkpointer needs from the driver. */
 export interface CheckpointHost {
   readonly runsc: RunscCli;
@@ -191,21 +198,12 @@ export class GvisorCheckpointer {
     timer.mark('holdStill');
     await rm(paths.checkpointDir, { recursive: true, force: true });
     await mkdir(location.imageDir, { recursive: true });
-    const result = await this.host.runsc.run(
-      [
-        'checkpoint',
-        '--leave-running',
-        '--compression=none',
-        '--direct',
-        `--image-path=${location.imageDir}`,
-        sandboxId,
-      ],
-      { timeoutMs: 600_000 },
-    );
-    if (result.exitCode !== 0) {
+    try {
+      await this.checkpoint(sandboxId, location.imageDir);
+    } catch (error) {
       await this.host.runsc.run(['resume', sandboxId]);
       await rm(paths.checkpointDir, { recursive: true, force: true });
-      throw new RuntimeError(`checkpoint of ${sandboxId} failed; it keeps running`, tail(result.stderr, 10));
+      throw error;
     }
     timer.mark('checkpoint');
     crashPoint('pause:after-checkpoint');
@@ -292,17 +290,7 @@ export class GvisorCheckpointer {
       await this.holdStill(sandboxId, state.status, async () => {
         if (options.memory) {
           await mkdir(target.imageDir, { recursive: true });
-          await this.mustRunsc(
-            [
-              'checkpoint',
-              '--leave-running',
-              '--compression=none',
-              '--direct',
-              `--image-path=${target.imageDir}`,
-              sandboxId,
-            ],
-            'checkpoint',
-          );
+          await this.checkpoint(sandboxId, target.imageDir);
           crashPoint(`${operation}:after-checkpoint`);
         }
         await flushDisk(paths.rootfs, paths.diskDir);
@@ -524,6 +512,29 @@ export class GvisorCheckpointer {
       diskSizeBytes: await allocatedBytes(location.diskPath).catch(() => manifest.diskAllocatedBytes),
       runtimeVersion: `${manifest.runscVersion} ${manifest.platform}`,
     };
+  }
+
+  /**
+   * `runsc checkpoint --leave-running` into `imageDir` (uncompressed, O_DIRECT). The sandbox keeps running when it
+   * fails; the caller releases what it held still.
+   * @throws HostSocketOpenError when a process in the sandbox holds a host socket (gVisor saves no host fd)
+   * @throws RuntimeError for any other failure
+   */
+  private async checkpoint(sandboxId: string, imageDir: string): Promise<void> {
+    const result = await this.host.runsc.run(
+      ['checkpoint', '--leave-running', '--compression=none', '--direct', `--image-path=${imageDir}`, sandboxId],
+      { timeoutMs: 600_000 },
+    );
+    if (result.exitCode === 0) return;
+    // gVisor's save panics on the endpoint of a host Unix socket connection ("SCMConnectedEndpoint"), measured.
+    if (result.stderr.includes('SCMConnectedEndpoint')) {
+      throw new HostSocketOpenError(
+        `checkpoint of ${sandboxId} failed: a process in it holds a connection to a host socket (such as ` +
+          '/.burrow-agent/agent.sock), which gVisor cannot save; it keeps running. End that connection and retry',
+        tail(result.stderr, 10),
+      );
+    }
+    throw new RuntimeError(`checkpoint of ${sandboxId} failed; it keeps running`, tail(result.stderr, 10));
   }
 
   private async mustRunsc(args: string[], step: string): Promise<void> {

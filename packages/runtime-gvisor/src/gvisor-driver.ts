@@ -25,7 +25,7 @@ import {
 import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
 import { AgentHub, AgentStartError } from './agent-hub.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
-import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
+import { GvisorCheckpointer, HostSocketOpenError, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
   cgroupChildren,
   cgroupDirs,
@@ -51,6 +51,8 @@ import { startSandboxProcess } from './sandbox-process.js';
 /** Parent of every Burrow instance's cgroups; each instance (data dir) has its own child, see `cgroupParent`. */
 const CGROUP_PARENT = 'burrow';
 
+/** How long a checkpoint that found an open host socket waits before its one retry, in ms. */
+const HOST_SOCKET_RETRY_DELAY_MS = 250;
 /** How long after a start or resume a missing agent is still expected to connect, in ms. */
 const AGENT_START_GRACE_MS = 3_000;
 /** How long an exec waits for an agent to find a listener that was just opened (server restart), in ms. */
@@ -202,7 +204,15 @@ export class GvisorDriver implements RuntimeDriver {
   private async withAgentQuiesced<T>(sandboxId: string, step: () => Promise<T>): Promise<T> {
     await this.agents.quiesce(sandboxId);
     try {
-      return await step();
+      try {
+        return await step();
+      } catch (error) {
+        if (!(error instanceof HostSocketOpenError)) throw error;
+        // A connection the agent opened as the listener closed can still be on its way down: once more, later.
+        this.logger?.warn({ sandboxId }, 'checkpoint found an open host socket; retrying once');
+        await new Promise((resolve) => setTimeout(resolve, HOST_SOCKET_RETRY_DELAY_MS));
+        return await step();
+      }
     } finally {
       const state = await this.runsc.state(sandboxId).catch(() => null);
       if (state?.status === 'running') await this.listenForAgent(sandboxId).catch(() => undefined);
