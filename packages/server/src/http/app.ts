@@ -108,8 +108,11 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
   });
   registerQuarantineGuard(app, services);
 
-  app.setErrorHandler((error, request, reply) => {
+  app.setErrorHandler(async (error, request, reply) => {
     const mapped = mapError(error, request.id);
+    // A refusal's `quota_denied` event is stored before the caller hears of the refusal (it cannot be appended in
+    // the refused write's transaction, which rolls back): a crash cannot lose the event of a refusal someone saw.
+    if (mapped.envelope.error.code === ErrorCode.quotaExceeded) await services.events.flush().catch(() => undefined);
     if (mapped.unexpected) request.log.error({ err: error }, 'request failed');
     else request.log.info({ code: mapped.envelope.error.code }, 'request rejected');
     return reply.code(mapped.statusCode).type('application/json').send(mapped.envelope);

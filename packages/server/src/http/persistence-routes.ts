@@ -60,19 +60,8 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
       },
     },
     async (request, reply) => {
-      const caller = principalOf(request);
-      const taken = await persistence().createSnapshot(caller, request.params.id, request.body);
-      const retentionMs = request.body.retentionMs;
-      const snapshot =
-        retentionMs === undefined ? taken : await services.policies.setSnapshotRetention(caller, taken.id, retentionMs);
-      await services.events.record({
-        tenantId: caller.tenantId,
-        type: 'snapshot_created',
-        sandboxId: snapshot.sandboxId,
-        snapshotId: snapshot.id,
-        message: `snapshot ${snapshot.name ?? snapshot.id} of ${snapshot.sandboxId} taken`,
-        data: { name: snapshot.name, memory: snapshot.memory, expiresAt: snapshot.expiresAt },
-      });
+      // The snapshot's retention and its `snapshot_created` event commit with it (see createSnapshot).
+      const snapshot = await persistence().createSnapshot(principalOf(request), request.params.id, request.body);
       return reply.code(201).send(snapshot);
     },
   );
@@ -111,17 +100,8 @@ export function registerPersistenceRoutes(app: ZodApp, services: Services): void
       },
     },
     async (request, reply) => {
-      const caller = principalOf(request);
-      const snapshot = await persistence().getSnapshot(caller, request.params.ref);
-      await persistence().deleteSnapshot(caller, request.params.ref);
-      await services.events.record({
-        tenantId: caller.tenantId,
-        type: 'snapshot_deleted',
-        sandboxId: snapshot.sandboxId,
-        snapshotId: snapshot.id,
-        message: `snapshot ${snapshot.name ?? snapshot.id} deleted`,
-        data: { name: snapshot.name },
-      });
+      // The `snapshot_deleted` event commits with the row's removal (see deleteSnapshot).
+      await persistence().deleteSnapshot(principalOf(request), request.params.ref);
       return reply.code(204).send(null);
     },
   );

@@ -186,7 +186,8 @@ export class PolicyEnforcer {
     const now = isoNow(clock);
     if (step.type === 'warn') {
       const deleteAt = new Date(step.deleteAtMs).toISOString();
-      await events.record({
+      // The warning and its bookkeeping commit together: a crash neither loses nor repeats it.
+      const warning = events.inTransaction({
         tenantId: fresh.tenantId,
         type: 'warning',
         sandboxId: id,
@@ -200,6 +201,7 @@ export class PolicyEnforcer {
         fresh.version,
         { lifecycle: { expiryWarnedFor: new Date(step.deadline.atMs).toISOString(), expiryWarnedAt: now } },
         now,
+        { also: warning },
       );
       if (updated === null) throw new Error('the row changed while the warning was recorded; retrying');
       report.warned.push(id);
@@ -207,7 +209,8 @@ export class PolicyEnforcer {
     }
     const { deadline } = step;
     if (deadline.action === 'delete') {
-      await events.record({
+      // `expired` commits with the `deleting` row: a crash keeps both (the reconciler finishes the delete) or neither.
+      const expired = events.inTransaction({
         tenantId: fresh.tenantId,
         type: 'expired',
         sandboxId: id,
@@ -215,7 +218,7 @@ export class PolicyEnforcer {
         message: `sandbox ${id} expired (${deadline.reason} policy)`,
         data: { policy: deadline.reason, deadlineAt: new Date(deadline.atMs).toISOString() },
       });
-      await this.deps.service.deleteUnderLock(fresh);
+      await this.deps.service.deleteUnderLock(fresh, { also: expired });
       this.deps.activity.forget(id);
       report.deleted.push(id);
       return;
@@ -326,7 +329,7 @@ export class PolicyEnforcer {
         if (step.type === 'warn') {
           const deleteAt = new Date(step.deleteAtMs).toISOString();
           await mutex.run(snapshot.sandboxId, async () => {
-            await events.record({
+            const warning = events.inTransaction({
               tenantId: snapshot.tenantId,
               type: 'warning',
               sandboxId: snapshot.sandboxId,
@@ -337,23 +340,25 @@ export class PolicyEnforcer {
                 "raise the sandbox's snapshotKeepLast or extend the snapshot's expiresAt to keep it",
               data: { deleteAt, policy: step.reason, action: 'delete', name: snapshot.name },
             });
-            await snapshots.setRetentionDeleteAt(id, deleteAt);
+            await snapshots.setRetentionDeleteAt(id, deleteAt, { also: warning });
           });
           report.warned.push(id);
           continue;
         }
         await this.deps.actors.run({ actor: SYSTEM_RECONCILER, reason: why }, () =>
           mutex.run(snapshot.sandboxId, async () => {
-            await blobs.delete(id);
-            await snapshots.remove(id);
-            await events.record({
-              tenantId: snapshot.tenantId,
-              type: 'snapshot_deleted',
-              sandboxId: snapshot.sandboxId,
-              snapshotId: id,
-              message: `snapshot ${label} deleted by retention (${step.reason})`,
-              data: { name: snapshot.name, policy: step.reason },
+            // Row (with its event) first: a crash before the bytes are gone leaves a blob the reconciler reaps.
+            await snapshots.remove(id, {
+              also: events.inTransaction({
+                tenantId: snapshot.tenantId,
+                type: 'snapshot_deleted',
+                sandboxId: snapshot.sandboxId,
+                snapshotId: id,
+                message: `snapshot ${label} deleted by retention (${step.reason})`,
+                data: { name: snapshot.name, policy: step.reason },
+              }),
             });
+            await blobs.delete(id);
           }),
         );
         report.snapshotsDeleted.push(id);

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { DB } from '../store/database.js';
 import { type EventRecord, EventStore, type NewEvent } from '../store/event-store.js';
+import type { InTransaction } from '../store/in-transaction.js';
 import type { QuotaDenial } from '../store/quota-store.js';
 import type { SandboxRecord, TransitionHook } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
@@ -123,6 +124,23 @@ export class EventService {
       at: isoNow(this.deps.clock),
     };
     return event;
+  }
+
+  /**
+   * The events `inputs` as work for a store write's transaction ({@link InTransaction}): they are appended in the
+   * same transaction as the change they report (a crash keeps both or neither) and published after its commit.
+   * The actor and reason are taken now, in the caller's scope.
+   * @example await snapshots.remove(id, { also: events.inTransaction({ tenantId, type: 'snapshot_deleted', … }) })
+   */
+  inTransaction(...inputs: EventInput[]): InTransaction {
+    const rows = inputs.map((input) => this.toNewEvent(input));
+    return async (trx) => {
+      const stored: EventRecord[] = [];
+      for (const row of rows) stored.push(await EventStore.appendIn(trx, row, { deliveryId: () => newId('dlv') }));
+      return () => {
+        for (const e of stored) this.published(e);
+      };
+    };
   }
 
   /** Record without waiting (store observers are synchronous); failures are logged, never thrown. */

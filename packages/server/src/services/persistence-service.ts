@@ -24,6 +24,7 @@ import { type Clock, isoNow } from '../util/clock.js';
 import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { BlobStore } from './blob-store.js';
+import type { EventService } from './event-service.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
 import { type SandboxService, toSandbox, withConditions } from './sandbox-service.js';
@@ -41,6 +42,8 @@ export interface PersistenceDeps {
   clock: Clock;
   logger: Logger;
   metrics?: Metrics | undefined;
+  /** Records `snapshot_created` / `snapshot_deleted` in the transaction of the row change they report. */
+  events?: EventService | undefined;
 }
 
 /** A snapshot row as the API shows it. */
@@ -380,13 +383,14 @@ export class PersistenceService {
   }
 
   /**
-   * Take a snapshot of `id` into the blob store.
+   * Take a snapshot of `id` into the blob store. Its `snapshot_created` event and its retention deadline
+   * (`retentionMs` from now, when given) commit with the row's move to `ready`.
    * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `snapshot_exists`, `invalid_request`, `runtime_error`
    */
   async createSnapshot(
     caller: Principal,
     id: string,
-    input: { name?: string | undefined; memory: boolean },
+    input: { name?: string | undefined; memory: boolean; retentionMs?: number | undefined },
   ): Promise<Snapshot> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.deps.service.require(caller.tenantId, id);
@@ -423,8 +427,21 @@ export class PersistenceService {
         const staged = await this.deps.blobs.stage(snapshot.id);
         const info = await this.deps.driver.snapshot(id, { targetDir: staged, memory: input.memory });
         await this.deps.blobs.commit(snapshot.id, staged);
-        await this.deps.snapshots.markReady(snapshot.id, info);
-        return toSnapshot({ ...snapshot, ...info, state: 'ready' });
+        const expiresAt =
+          input.retentionMs === undefined ? null : new Date(this.deps.clock.nowMs() + input.retentionMs).toISOString();
+        const created = this.deps.events?.inTransaction({
+          tenantId: caller.tenantId,
+          type: 'snapshot_created',
+          sandboxId: id,
+          snapshotId: snapshot.id,
+          message: `snapshot ${snapshot.name ?? snapshot.id} of ${id} taken`,
+          data: { name: snapshot.name, memory: snapshot.memory, expiresAt },
+        });
+        await this.deps.snapshots.markReady(snapshot.id, info, {
+          also: created,
+          ...(expiresAt === null ? {} : { expiresAt }),
+        });
+        return toSnapshot({ ...snapshot, ...info, state: 'ready', expiresAt });
       } catch (error) {
         await this.deps.blobs.delete(snapshot.id).catch(() => undefined);
         await this.deps.snapshots.remove(snapshot.id);
@@ -443,11 +460,24 @@ export class PersistenceService {
     return toSnapshot(await this.requireSnapshot(caller.tenantId, ref));
   }
 
-  /** Delete a snapshot and its bytes. @throws ApiError `snapshot_not_found` */
+  /**
+   * Delete a snapshot and its bytes; its `snapshot_deleted` event commits with the row's removal. The row goes
+   * first: a crash before the bytes are gone leaves an unowned blob the reconciler reaps, never a row without bytes.
+   * @throws ApiError `snapshot_not_found`
+   */
   async deleteSnapshot(caller: Principal, ref: string): Promise<void> {
     const snapshot = await this.requireSnapshot(caller.tenantId, ref);
+    await this.deps.snapshots.remove(snapshot.id, {
+      also: this.deps.events?.inTransaction({
+        tenantId: caller.tenantId,
+        type: 'snapshot_deleted',
+        sandboxId: snapshot.sandboxId,
+        snapshotId: snapshot.id,
+        message: `snapshot ${snapshot.name ?? snapshot.id} deleted`,
+        data: { name: snapshot.name },
+      }),
+    });
     await this.deps.blobs.delete(snapshot.id);
-    await this.deps.snapshots.remove(snapshot.id);
   }
 
   /** @throws ApiError `snapshot_not_found` */

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { ActivitySnapshot, ActivityTracker } from '../lifecycle/activity-tracker.js';
 import { lifecycleView } from '../lifecycle/expiry-view.js';
 import { expiresAtFor } from '../lifecycle/ttl-policy.js';
+import type { WithInTransaction } from '../store/in-transaction.js';
 import {
   DEFAULT_LIFECYCLE,
   type SandboxLifecycle,
@@ -389,8 +390,13 @@ export class SandboxService {
     });
   }
 
-  /** Write `deleting`, delete host resources, remove the row. Call under the id's lock. @throws ApiError `runtime_error` */
-  async deleteUnderLock(record: SandboxRecord): Promise<void> {
+  /**
+   * Write `deleting`, delete host resources, remove the row. Call under the id's lock.
+   * @param options.also work committed with the `deleting` row (the policy's `expired` event); skipped when the
+   *   row is already `deleting`
+   * @throws ApiError `runtime_error`
+   */
+  async deleteUnderLock(record: SandboxRecord, options: WithInTransaction = {}): Promise<void> {
     const logger = this.deps.logger.child({ sandboxId: record.id, tenantId: record.tenantId });
     if (record.state !== 'deleting') {
       const updated = await this.deps.sandboxes.update(
@@ -399,6 +405,7 @@ export class SandboxService {
         record.version,
         { state: 'deleting' },
         isoNow(this.deps.clock),
+        options,
       );
       if (updated === null)
         throw new ApiError(ErrorCode.conflict, `sandbox ${record.id} changed meanwhile`, { hint: 'retry the delete' });
@@ -434,20 +441,23 @@ export class SandboxService {
       pausedRetentionMs: input.pausedRetentionMs ?? null,
       snapshotKeepLast: input.snapshotKeepLast ?? null,
     } as const;
+    // The `created` event commits with the adoption (a crash keeps both or neither).
+    const created = {
+      tenantId: caller.tenantId,
+      type: 'created',
+      sandboxId: claimed.id,
+      message: `sandbox ${claimed.id} created (from the warm pool)`,
+      data: { template: claimed.template, snapshotId: null, warmPool: true },
+    } as const;
     const updated = await this.deps.sandboxes.update(
       caller.tenantId,
       claimed.id,
       claimed.version,
       { lifecycle },
       isoNow(this.deps.clock),
+      { also: this.deps.events?.inTransaction(created) },
     );
-    this.deps.events?.recordLater({
-      tenantId: caller.tenantId,
-      type: 'created',
-      sandboxId: claimed.id,
-      message: `sandbox ${claimed.id} created (from the warm pool)`,
-      data: { template: claimed.template, snapshotId: null, warmPool: true },
-    });
+    if (updated === null) this.deps.events?.recordLater(created);
     return toSandboxSeen(updated ?? claimed, this.activityOf(claimed.id));
   }
 

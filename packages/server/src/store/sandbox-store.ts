@@ -2,6 +2,7 @@ import type { Condition, DesiredState, Quarantine, SandboxState, TimeoutAction }
 import type { Kysely, Selectable } from 'kysely';
 import type { PageCursor } from '../util/cursor.js';
 import type { DB, SandboxesTable } from './database.js';
+import type { WithInTransaction } from './in-transaction.js';
 import { QuotaStore, RUNNING_QUOTA_STATES } from './quota-store.js';
 
 /** Lifecycle policy columns of a sandbox (0300) and the reconciler's bookkeeping for them. */
@@ -279,6 +280,8 @@ export class SandboxStore {
 
   /**
    * Apply `patch` if the row is still at `expectedVersion`.
+   * @param options.also work run in the same transaction after the change (the event that reports it), not run
+   *   when the write is fenced; a throw from it rolls the change back
    * @returns the updated record, or null when the row changed or vanished meanwhile
    */
   async update(
@@ -287,6 +290,7 @@ export class SandboxStore {
     expectedVersion: number,
     patch: SandboxPatch,
     updatedAt: string,
+    options: WithInTransaction = {},
   ): Promise<SandboxRecord | null> {
     const hook = patch.state !== undefined ? this.onTransition : null;
     // Leaving paused or stopped for `resuming` takes a running slot: checked with the write, under the quota lock.
@@ -327,10 +331,11 @@ export class SandboxStore {
         hook !== null && before !== null && after !== null && before.state !== after.state
           ? await hook(trx, before, after)
           : null;
-      return { after, publish };
+      const also = options.also === undefined ? null : await options.also(trx);
+      return { after, publish, also };
     });
     if (outcome === null) return null;
-    SandboxStore.published([outcome.publish]);
+    SandboxStore.published([outcome.publish, outcome.also]);
     return outcome.after;
   }
 

@@ -1,5 +1,6 @@
 import type { Kysely, Selectable } from 'kysely';
 import type { DB, SnapshotsTable } from './database.js';
+import { runAfterCommit, type WithInTransaction } from './in-transaction.js';
 import { QuotaStore } from './quota-store.js';
 
 /** What a sandbox made from a snapshot inherits from the snapshot's source. */
@@ -87,21 +88,49 @@ export class SnapshotStore {
     });
   }
 
-  /** Mark a snapshot durable and record its sizes. */
+  /**
+   * Mark a snapshot durable and record its sizes (and its retention deadline, when given).
+   * @param options.also work run in the same transaction (the `snapshot_created` event)
+   */
   async markReady(
     id: string,
     sizes: { imageSizeBytes: number; diskSizeBytes: number; runtimeVersion: string },
+    options: WithInTransaction & { expiresAt?: string | null | undefined } = {},
   ): Promise<void> {
-    await this.db
-      .updateTable('snapshots')
-      .set({
-        state: 'ready',
-        image_size_bytes: sizes.imageSizeBytes,
-        disk_size_bytes: sizes.diskSizeBytes,
-        runtime_version: sizes.runtimeVersion,
-      })
-      .where('id', '=', id)
-      .execute();
+    await this.write(options, (trx) =>
+      trx
+        .updateTable('snapshots')
+        .set({
+          state: 'ready',
+          image_size_bytes: sizes.imageSizeBytes,
+          disk_size_bytes: sizes.diskSizeBytes,
+          runtime_version: sizes.runtimeVersion,
+          ...(options.expiresAt === undefined ? {} : { expires_at: options.expiresAt }),
+        })
+        .where('id', '=', id)
+        .execute(),
+    );
+  }
+
+  /**
+   * Run `change`, then `options.also` when `change` touched a row, in one transaction; publish after the commit.
+   * @param change returns the driver's result (its affected-row count says whether the row existed)
+   */
+  private async write(
+    options: WithInTransaction,
+    change: (trx: Kysely<DB>) => Promise<Array<{ numUpdatedRows?: bigint; numDeletedRows?: bigint }>>,
+  ): Promise<void> {
+    const { also } = options;
+    if (also === undefined) {
+      await change(this.db);
+      return;
+    }
+    const publish = await this.db.transaction().execute(async (trx) => {
+      const [result] = await change(trx);
+      const touched = Number(result?.numUpdatedRows ?? result?.numDeletedRows ?? 0n) > 0;
+      return touched ? also(trx) : null;
+    });
+    runAfterCommit([publish]);
   }
 
   /** The snapshot named or identified by `ref` of `tenantId`, or null. */
@@ -143,12 +172,21 @@ export class SnapshotStore {
     await this.db.updateTable('snapshots').set({ expires_at: expiresAt }).where('id', '=', id).execute();
   }
 
-  /** Record (ISO-8601) or forget (null) when retention deletes snapshot `id` (set with its warning event). */
-  async setRetentionDeleteAt(id: string, at: string | null): Promise<void> {
-    await this.db.updateTable('snapshots').set({ retention_delete_at: at }).where('id', '=', id).execute();
+  /**
+   * Record (ISO-8601) or forget (null) when retention deletes snapshot `id`.
+   * @param options.also work run in the same transaction (the warning event that announces the deletion)
+   */
+  async setRetentionDeleteAt(id: string, at: string | null, options: WithInTransaction = {}): Promise<void> {
+    await this.write(options, (trx) =>
+      trx.updateTable('snapshots').set({ retention_delete_at: at }).where('id', '=', id).execute(),
+    );
   }
 
-  async remove(id: string): Promise<void> {
-    await this.db.deleteFrom('snapshots').where('id', '=', id).execute();
+  /**
+   * Remove the row of snapshot `id`. Idempotent.
+   * @param options.also work run in the same transaction (the `snapshot_deleted` event)
+   */
+  async remove(id: string, options: WithInTransaction = {}): Promise<void> {
+    await this.write(options, (trx) => trx.deleteFrom('snapshots').where('id', '=', id).execute());
   }
 }
