@@ -140,7 +140,8 @@ export class ExecService {
    */
   async run(caller: Principal, id: string, input: ExecInput): Promise<ExecResult> {
     const { process, startedAtMs } = await this.start(caller, id, input);
-    const logger = this.deps.logger.child({ sandboxId: id });
+    // No child logger per exec: creating one cost more than the rest of this method.
+    const logger = this.deps.logger;
     const cap = this.deps.outputCapBytes ?? EXEC_OUTPUT_CAP_BYTES;
     const stdout = new CappedBuffer(cap);
     const stderr = new CappedBuffer(cap);
@@ -151,12 +152,14 @@ export class ExecService {
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
-      process.kill('SIGKILL').catch((error: unknown) => logger.warn({ err: error }, 'kill after timeout failed'));
+      process
+        .kill('SIGKILL')
+        .catch((error: unknown) => logger.warn({ err: error, sandboxId: id }, 'kill after timeout failed'));
     }, input.timeoutMs);
     try {
       const exit = await process.exited;
       const durationMs = this.deps.clock.nowMs() - startedAtMs;
-      logger.debug({ exit, durationMs, timedOut }, 'exec finished');
+      if (logger.isLevelEnabled('debug')) logger.debug({ sandboxId: id, exit, durationMs, timedOut }, 'exec finished');
       return {
         exitCode: timedOut ? null : exit.exitCode,
         signal: timedOut ? 'SIGKILL' : exit.signal,
