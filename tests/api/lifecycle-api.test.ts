@@ -24,9 +24,14 @@ beforeAll(async () => {
   dataDir = await mkdtemp(join(tmpdir(), 'burrow-lifecycle-'));
   driver = new FakeDriver(join(dataDir, 'fake-sandboxes'));
   burrow = await createBurrow(
-    loadConfig({}, { dataDir, expiryWarningMs: WARNING_MS, webhookRetryBaseMs: 50, warmPool: [] } as Parameters<
-      typeof loadConfig
-    >[1]),
+    loadConfig({}, {
+      dataDir,
+      expiryWarningMs: WARNING_MS,
+      webhookRetryBaseMs: 50,
+      // The test's receiver listens on 127.0.0.1.
+      webhookAllowPrivate: true,
+      warmPool: [],
+    } as Parameters<typeof loadConfig>[1]),
     {
       driver,
       templateBuilder: new FakeTemplateBuilder(join(dataDir, 'fake-templates')),
@@ -171,6 +176,8 @@ describe('the policy enforcer (fixed clock)', () => {
     nowMs += 10_000;
     const patched = await call('PATCH', `/v1/sandboxes/${sbx.id}`, { maxAgeMs: 1_000 });
     expect(patched.statusCode, patched.body).toBe(200);
+    // Not warned yet: the answer already shows the deletion a full warning time away, not the bare deadline.
+    expect(SandboxSchema.parse(patched.json()).expiresAt).toBe(new Date(nowMs + WARNING_MS).toISOString());
     const warnedAt = nowMs;
     expect((await burrow.policies.runOnce()).warned).toContain(sbx.id);
     const [warning] = await events(`sandboxId=${sbx.id}&type=warning`);

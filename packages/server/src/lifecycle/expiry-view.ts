@@ -76,34 +76,47 @@ export interface LifecycleView {
 
 /**
  * When a deletion by policy due at `atMs` really happens: once its warning is recorded, not before
- * `warnedAt + warningMs` (as {@link decidePolicyStep} decides), so a deadline set inside the warning window, or
- * warned late after a restart, is shown when it will be carried out rather than in the past.
+ * `warnedAt + warningMs`; before it, not before `nowMs + warningMs` (as {@link decidePolicyStep} decides), so a
+ * deadline set inside the warning window (a TTL shorter than the warning time, for example), or warned late after a
+ * restart, is shown when it will be carried out rather than earlier.
  * @param warningMs the configured warning time, ms (null: unknown, `atMs` is returned)
+ * @param nowMs the current time, epoch ms (null: unknown, an unwarned deletion is shown at `atMs`)
  * @returns epoch ms
  */
-export function effectiveDeletionMs(r: SandboxRecord, atMs: number, warningMs: number | null): number {
+export function effectiveDeletionMs(
+  r: SandboxRecord,
+  atMs: number,
+  warningMs: number | null,
+  nowMs: number | null = null,
+): number {
+  if (warningMs === null) return atMs;
   const l = r.lifecycle;
-  if (warningMs === null || !l?.expiryWarnedFor || !l.expiryWarnedAt) return atMs;
-  if (Date.parse(l.expiryWarnedFor) !== atMs) return atMs;
-  return Math.max(atMs, Date.parse(l.expiryWarnedAt) + warningMs);
+  if (l?.expiryWarnedFor && l.expiryWarnedAt && Date.parse(l.expiryWarnedFor) === atMs) {
+    return Math.max(atMs, Date.parse(l.expiryWarnedAt) + warningMs);
+  }
+  return nowMs === null ? atMs : Math.max(atMs, nowMs + warningMs);
 }
 
 /**
  * The lifecycle fields of the API view of `r` given what the activity tracker knows (null: nothing).
  * @param warningMs the configured warning time before a deletion by policy, ms (null: a warned deletion is shown
  *   at its deadline rather than when it is carried out)
+ * @param nowMs the current time, epoch ms, for a deletion not warned yet (null: shown at its deadline)
  */
 export function lifecycleView(
   r: SandboxRecord,
   seen: ActivitySnapshot | null = null,
   floorMs = 0,
   warningMs: number | null = null,
+  nowMs: number | null = null,
 ): LifecycleView {
   const l = r.lifecycle ?? DEFAULT_LIFECYCLE;
   const d = deadlinesOf(r, seen, floorMs);
   const due = d.next;
   const next =
-    due !== null && due.action === 'delete' ? { ...due, atMs: effectiveDeletionMs(r, due.atMs, warningMs) } : due;
+    due !== null && due.action === 'delete'
+      ? { ...due, atMs: effectiveDeletionMs(r, due.atMs, warningMs, nowMs) }
+      : due;
   return {
     timeoutAction: l.timeoutAction,
     idleTimeoutMs: l.idleTimeoutMs,

@@ -21,7 +21,7 @@ import type { BlobStore } from './blob-store.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
 import { RESET_IN_PROGRESS, runtimeFailure } from './persistence-service.js';
-import { type SandboxService, toSandbox, withConditions } from './sandbox-service.js';
+import { type SandboxService, withConditions } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 
 /** A reset request after contract defaults. */
@@ -72,14 +72,14 @@ export class HygieneService {
   async quarantine(caller: Principal, id: string, input: { reason: string }): Promise<Sandbox> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.deps.service.require(caller.tenantId, id);
-      if (isQuarantined(record)) return toSandbox(record);
+      if (isQuarantined(record)) return this.deps.service.view(record);
       const at = isoNow(this.deps.clock);
       const updated = await this.write(record, {
         patch: { quarantine: { at, reason: input.reason, by: caller.keyId } },
         condition: { type: 'Quarantined', status: 'true', reason: 'Quarantined', message: input.reason, at },
       });
       this.deps.logger.warn({ sandboxId: id, by: caller.keyId, reason: input.reason }, 'sandbox quarantined');
-      return toSandbox(updated);
+      return this.deps.service.view(updated);
     });
   }
 
@@ -98,7 +98,7 @@ export class HygieneService {
     return this.deps.mutex.run(id, async () => {
       const record = await this.deps.sandboxes.getAcrossTenants(id);
       if (record === null || record.state === 'deleted') throw sandboxNotFound(id);
-      if (!isQuarantined(record)) return toSandbox(record);
+      if (!isQuarantined(record)) return this.deps.service.view(record);
       const at = isoNow(this.deps.clock);
       const updated = await this.write(record, {
         patch: { quarantine: null },
@@ -111,7 +111,7 @@ export class HygieneService {
         },
       });
       this.deps.logger.info({ sandboxId: id, by: caller.keyId }, 'sandbox released from quarantine');
-      return toSandbox(updated);
+      return this.deps.service.view(updated);
     });
   }
 
@@ -218,7 +218,7 @@ export class HygieneService {
         { sandboxId: id, to: input.to, durationMs: this.deps.clock.nowMs() - startedMs },
         'sandbox reset',
       );
-      return toSandbox(updated);
+      return this.deps.service.view(updated);
     });
   }
 

@@ -27,7 +27,7 @@ import type { BlobStore } from './blob-store.js';
 import type { EventService } from './event-service.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
-import { type SandboxService, toSandbox, withConditions } from './sandbox-service.js';
+import { type SandboxService, withConditions } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 
 /** Dependencies of {@link PersistenceService}. */
@@ -114,9 +114,9 @@ export class PersistenceService {
   async pause(caller: Principal, id: string): Promise<Sandbox> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.deps.service.require(caller.tenantId, id);
-      if (record.state === 'paused') return toSandbox(record);
+      if (record.state === 'paused') return this.deps.service.view(record);
       this.expectState(record, ['running'], 'pause');
-      return toSandbox(await this.pauseUnderLock(record));
+      return this.deps.service.view(await this.pauseUnderLock(record));
     });
   }
 
@@ -124,9 +124,9 @@ export class PersistenceService {
   async resume(caller: Principal, id: string): Promise<Sandbox> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.deps.service.require(caller.tenantId, id);
-      if (record.state === 'running') return toSandbox(record);
+      if (record.state === 'running') return this.deps.service.view(record);
       this.expectState(record, ['paused'], 'resume');
-      return toSandbox(await this.resumeUnderLock(record));
+      return this.deps.service.view(await this.resumeUnderLock(record));
     });
   }
 
@@ -134,7 +134,7 @@ export class PersistenceService {
   async stop(caller: Principal, id: string): Promise<Sandbox> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.deps.service.require(caller.tenantId, id);
-      if (record.state === 'stopped') return toSandbox(record);
+      if (record.state === 'stopped') return this.deps.service.view(record);
       this.expectState(record, ['running', 'paused', 'error'], 'stop');
       const stopping = await this.write(record, { state: 'stopping', desiredState: 'stopped' });
       try {
@@ -142,7 +142,7 @@ export class PersistenceService {
       } catch (error) {
         throw runtimeFailure(`stopping sandbox ${id} failed`, error);
       }
-      return toSandbox(
+      return this.deps.service.view(
         await this.write(
           stopping,
           { state: 'stopped' },
@@ -156,8 +156,8 @@ export class PersistenceService {
   async start(caller: Principal, id: string): Promise<Sandbox> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.deps.service.require(caller.tenantId, id);
-      if (record.state === 'running') return toSandbox(record);
-      if (record.state === 'paused') return toSandbox(await this.resumeUnderLock(record));
+      if (record.state === 'running') return this.deps.service.view(record);
+      if (record.state === 'paused') return this.deps.service.view(await this.resumeUnderLock(record));
       this.expectState(record, ['stopped', 'error'], 'start');
       // An error row's runtime ended; release whatever of it is left (idempotent) before booting on its disk.
       if (record.state === 'error') await this.deps.driver.stop(id).catch(() => undefined);
@@ -168,7 +168,7 @@ export class PersistenceService {
         await this.write(starting, { state: 'stopped', desiredState: 'stopped' }).catch(() => undefined);
         throw runtimeFailure(`starting sandbox ${id} failed`, error);
       }
-      return toSandbox(await this.write(starting, { state: 'running' }));
+      return this.deps.service.view(await this.write(starting, { state: 'running' }));
     });
   }
 
@@ -365,7 +365,7 @@ export class PersistenceService {
           hint: `list them with GET /v1/sandboxes?parentId=${id}`,
         });
       }
-      const items: Sandbox[] = running.map(toSandbox);
+      const items: Sandbox[] = running.map((r) => this.deps.service.view(r));
       crashPoint('fork:after-rows');
       this.deps.logger
         .child({ sandboxId: id })

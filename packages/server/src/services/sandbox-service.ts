@@ -94,7 +94,12 @@ export function toSandbox(r: SandboxRecord): Sandbox {
 /** The API view of a sandbox row, its idle deadline from what the activity tracker knows (null: nothing). */
 export function toSandboxSeen(
   r: SandboxRecord,
-  activity: { seen: ActivitySnapshot | null; floorMs: number; expiryWarningMs?: number | undefined } | null,
+  activity: {
+    seen: ActivitySnapshot | null;
+    floorMs: number;
+    expiryWarningMs?: number | undefined;
+    nowMs?: number;
+  } | null,
 ): Sandbox {
   return {
     id: r.id,
@@ -108,7 +113,13 @@ export function toSandboxSeen(
     resources: { cpuCount: r.cpuCount, memoryMiB: r.memoryMiB, diskMiB: r.diskMiB },
     labels: r.labels,
     timeoutMs: r.timeoutMs,
-    ...lifecycleView(r, activity?.seen ?? null, activity?.floorMs ?? 0, activity?.expiryWarningMs ?? null),
+    ...lifecycleView(
+      r,
+      activity?.seen ?? null,
+      activity?.floorMs ?? 0,
+      activity?.expiryWarningMs ?? null,
+      activity?.nowMs ?? null,
+    ),
     desiredState: r.desiredState,
     autoResume: r.autoResume,
     keeps: { filesystem: true, memory: ['running', 'pausing', 'paused', 'resuming'].includes(r.state) },
@@ -244,7 +255,7 @@ export class SandboxService {
           'sandbox created',
         );
         this.deps.metrics?.createFinished(id, true, startedMs, this.deps.clock.nowMs());
-        return toSandbox(running);
+        return this.view(running);
       } catch (error) {
         logger.warn({ err: error }, 'sandbox create failed; removing what it left');
         this.deps.metrics?.createFinished(id, false, startedMs, this.deps.clock.nowMs());
@@ -464,11 +475,24 @@ export class SandboxService {
   /** What the activity tracker knows of `id`, for the API view's idle deadline (null: not tracked). */
   activityOf(
     id: string,
-  ): { seen: ActivitySnapshot | null; floorMs: number; expiryWarningMs?: number | undefined } | null {
+  ): { seen: ActivitySnapshot | null; floorMs: number; expiryWarningMs?: number | undefined; nowMs?: number } | null {
     const activity = this.deps.activity;
     return activity === undefined
       ? null
-      : { seen: activity.snapshot(id), floorMs: activity.startedAtMs, expiryWarningMs: this.deps.expiryWarningMs };
+      : {
+          seen: activity.snapshot(id),
+          floorMs: activity.startedAtMs,
+          expiryWarningMs: this.deps.expiryWarningMs,
+          nowMs: this.deps.clock.nowMs(),
+        };
+  }
+
+  /**
+   * The API view of `r` with its deadlines as the policies will carry them out (idle deadline from the activity
+   * tracker; a deletion not before its warning).
+   */
+  view(r: SandboxRecord): Sandbox {
+    return toSandboxSeen(r, this.activityOf(r.id));
   }
 
   private async checkCapacity(resources: Resources): Promise<void> {
