@@ -78,6 +78,16 @@ async function eventsOf(sandboxId: string): Promise<Event[]> {
 
 const typesOf = async (sandboxId: string) => (await eventsOf(sandboxId)).map((e) => e.type);
 
+describe('webhook SSRF policy (default config)', () => {
+  test('a webhook URL on an internal address is refused with webhook_url_forbidden (422)', async () => {
+    const res = await call('POST', '/v1/webhooks', { url: 'http://127.0.0.1:9/hook' });
+    expect(res.statusCode, res.body).toBe(422);
+    expect(res.json().error).toMatchObject({ code: 'webhook_url_forbidden', details: { address: '127.0.0.1' } });
+    const listed = await call('GET', '/v1/webhooks');
+    expect(listed.json().items).toEqual([]);
+  });
+});
+
 describe('non-transition events commit with their change', () => {
   test('quota_denied is stored before the refusal is answered (no flush needed)', async () => {
     const set = await call('PUT', '/v1/tenants/atomic-quota/quota', { maxSandboxes: 0 });

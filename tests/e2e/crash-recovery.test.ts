@@ -9,8 +9,14 @@
  * Reset (to a memory snapshot) is crashed after the old disk is deleted and after the new one runs: the restart does
  * the reset again, so the sandbox holds the snapshot's files and memory.
  *
+ * An upload killed midway leaves its temporary file in the sandbox's upload temp dir; the restarted server sweeps it.
+ *
  * One sandbox is reused across all points, and each restart is armed with the next point, to keep this ~3-5 min.
  */
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { isUploadTempName } from '@burrow/runtime';
+import { GvisorDriver } from '@burrow/runtime-gvisor';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   hostProblems,
@@ -178,6 +184,47 @@ describe('kill -9 of a real server during pause, resume and fork (real runsc)', 
     await server?.exited;
     server = await startServer(point);
   };
+
+  it('upload: a kill -9 mid-upload leaves its temporary file; the restarted server sweeps it, the target untouched', async () => {
+    step = 'upload';
+    const tempDir = join(new GvisorDriver({ dataDir }).rootDir(sandboxId), '.burrow-tmp');
+    const leftovers = () =>
+      readdir(tempDir)
+        .then((names) => names.filter(isUploadTempName))
+        .catch(() => [] as string[]);
+    const before = await leftovers();
+    const current = server;
+    if (current === null) throw new Error('no server');
+    // A body that sends 1 MiB and then never ends: the server is killed while it waits for more.
+    const upload = new AbortController();
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new Uint8Array(1024 * 1024).fill(7));
+      },
+    });
+    const sent = fetch(`${current.url}/v1/sandboxes/${sandboxId}/files/content?path=/root/upload.bin`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${adminKey}`, 'content-type': 'application/octet-stream' },
+      body,
+      duplex: 'half',
+      signal: upload.signal,
+    } as RequestInit).catch(() => 'connection lost');
+    let staged: string[] = [];
+    for (let i = 0; i < 600 && staged.length === 0; i++) {
+      staged = (await leftovers()).filter((n) => !before.includes(n));
+      if (staged.length === 0) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(staged, 'the upload never staged its temporary file').toHaveLength(1);
+    current.child.kill('SIGKILL');
+    await current.exited;
+    upload.abort();
+    await sent;
+    expect(await leftovers()).toEqual(expect.arrayContaining(staged));
+    server = await startServer(null);
+    expect(await leftovers()).toEqual([]);
+    expect((await api('GET', `/sandboxes/${sandboxId}/files/stat?path=/root/upload.bin`)).status).toBe(404);
+    await expectIntact(['running'], 'upload');
+  }, 120_000);
 
   it('pause: the sandbox ends paused or running, files and memory intact, nothing leaked', async () => {
     await restartArmed(pausePoints[0] ?? null);

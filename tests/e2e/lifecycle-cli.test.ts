@@ -91,7 +91,7 @@ describe('burrow lifecycle commands', () => {
     const set = await burrow(['quota', '--set', '--tenant', 'other', '--max-running', '3', '--json']);
     expect(set.code, set.stderr).toBe(0);
     expect(JSON.parse(set.stdout).limits).toMatchObject({ maxRunning: 3, maxSandboxes: null });
-    const added = await burrow(['webhooks', 'add', 'http://127.0.0.1:9/hook', '--type', 'warning', '--json']);
+    const added = await burrow(['webhooks', 'add', 'http://203.0.113.9:9/hook', '--type', 'warning', '--json']);
     expect(added.code, added.stderr).toBe(0);
     const { webhook, secret } = JSON.parse(added.stdout);
     expect(secret).toMatch(/^whsec_/);

@@ -69,6 +69,11 @@ export const ErrorCode = {
   quotaExceeded: 'quota_exceeded',
   /** No webhook with this id exists for the caller's tenant. */
   webhookNotFound: 'webhook_not_found',
+  /**
+   * A webhook URL names (or its host resolves to) a loopback, private, link-local or otherwise internal address,
+   * which this server does not send to unless its operator allows it (`BURROW_WEBHOOK_ALLOW_PRIVATE=1`).
+   */
+  webhookUrlForbidden: 'webhook_url_forbidden',
   /** Anything unexpected; the server log carries the details under the request id. */
   internal: 'internal_error',
 } as const;
@@ -110,6 +115,7 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   sandbox_quarantined: 409,
   quota_exceeded: 429,
   webhook_not_found: 404,
+  webhook_url_forbidden: 422,
   internal_error: 500,
 };
 

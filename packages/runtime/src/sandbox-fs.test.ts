@@ -1,9 +1,9 @@
-import { mkdir, mkdtemp, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { FsError, SandboxFs } from './sandbox-fs.js';
+import { FsError, isUploadTempName, SandboxFs } from './sandbox-fs.js';
 
 let base: string;
 let root: string;
@@ -58,8 +58,37 @@ describe('SandboxFs basics', () => {
     await fs.write('/f', Buffer.from('old'));
     await fs.write('/f', Readable.from([Buffer.from('new '), Buffer.from('content')]));
     expect((await readAll('/f')).toString()).toBe('new content');
-    const names = (await fs.list('/')).map((e) => e.name);
-    expect(names.filter((n) => n.includes('burrow-'))).toEqual([]);
+    const names = (await fs.list('/', { depth: 2 })).map((e) => e.name);
+    expect(names.filter((n) => isUploadTempName(n))).toEqual([]);
+  });
+
+  it('stages writes in the upload temp dir; the sweep removes only its leftovers there', async () => {
+    await fs.write('/home/x', Buffer.from('x'));
+    expect((await stat(join(root, '.burrow-tmp'))).isDirectory()).toBe(true);
+    // What a server killed mid-upload leaves, next to things that are not ours to remove.
+    const tmp = join(root, '.burrow-tmp');
+    await writeFile(join(tmp, '.upload.burrow-0123456789ab'), 'partial');
+    await writeFile(join(tmp, '.x.burrow-abcdefabcdef'), 'partial');
+    await writeFile(join(tmp, 'user-file'), 'keep');
+    await mkdir(join(tmp, '.dir.burrow-0123456789ab'));
+    await writeFile(join(root, 'home', '.y.burrow-0123456789ab'), 'not in the temp dir: keep');
+    expect((await fs.sweepUploadTemp()).sort()).toEqual(['.upload.burrow-0123456789ab', '.x.burrow-abcdefabcdef']);
+    expect((await fs.list('/.burrow-tmp')).map((e) => e.name)).toEqual(['.dir.burrow-0123456789ab', 'user-file']);
+    expect(await fs.exists('/home/.y.burrow-0123456789ab')).toBe(true);
+    expect(await fs.sweepUploadTemp()).toEqual([]);
+  });
+
+  it('writes still work when the sandbox replaced the temp dir with a file or a symlink out of the root', async () => {
+    await writeFile(join(root, '.burrow-tmp'), 'not a dir');
+    await fs.write('/home/a', Buffer.from('a'));
+    expect(await readFile(join(root, 'home/a'), 'utf8')).toBe('a');
+    expect(await fs.sweepUploadTemp()).toEqual([]);
+    await rm(join(root, '.burrow-tmp'));
+    await symlink(outside, join(root, '.burrow-tmp'));
+    await fs.write('/home/b', Buffer.from('b'));
+    expect(await readFile(join(root, 'home/b'), 'utf8')).toBe('b');
+    // The symlink is re-rooted: the staging happened inside the root, never in the host directory it names.
+    expect((await readdir(outside)).sort()).toEqual(['canary']);
   });
 
   it('streams a multi-MiB write in uneven chunks binary exact (overlapping writes stay in order)', async () => {

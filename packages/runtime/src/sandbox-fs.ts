@@ -42,6 +42,20 @@ export const IO_CHUNK_BYTES = 1024 * 1024;
 /** Most entries one `list` call returns. */
 export const MAX_LIST_ENTRIES = 50_000;
 
+/**
+ * Directory at the sandbox root where {@link SandboxFs.write} stages its temporary files before the rename
+ * (hidden; created on first use). A server killed mid-upload leaves its temporary file here, and only here, for
+ * {@link SandboxFs.sweepUploadTemp} to remove.
+ */
+export const UPLOAD_TEMP_DIR = '/.burrow-tmp';
+/** Names of {@link SandboxFs.write}'s temporary files: `.<target name>.burrow-<12 hex>`. */
+const UPLOAD_TEMP_NAME = /^\..*\.burrow-[0-9a-f]{12}$/s;
+
+/** Whether `name` is the name of one of {@link SandboxFs.write}'s temporary files. */
+export function isUploadTempName(name: string): boolean {
+  return UPLOAD_TEMP_NAME.test(name);
+}
+
 /** A path resolved to a held directory handle plus one final name inside it (`null` = the directory itself). */
 export interface Resolved {
   dir: FileHandle;
@@ -112,8 +126,9 @@ export class SandboxFs {
   }
 
   /**
-   * Write `data` to `path` atomically (a temporary file in the same directory, then rename), creating missing
-   * parent directories. A final symlink is followed inside the root.
+   * Write `data` to `path` atomically (a temporary file in {@link UPLOAD_TEMP_DIR}, then rename; in the target's
+   * own directory when that is on another file system), creating missing parent directories. A final symlink is
+   * followed inside the root.
    * @param options.mode permission bits. @default 0o644
    * @throws FsError
    */
@@ -123,24 +138,86 @@ export class SandboxFs {
       if (r.name === null) throw new FsError('is_a_directory', `${r.path} is a directory`);
       const existing = await lstat(at(r)).catch(() => null);
       if (existing?.isDirectory()) throw new FsError('is_a_directory', `${r.path} is a directory`);
-      const tmpName = `.${r.name.slice(0, 200)}.burrow-${randomBytes(6).toString('hex')}`;
-      const tmpPath = `/proc/self/fd/${r.dir.fd}/${tmpName}`;
-      const fh = await guard(r.path, () =>
-        open(tmpPath, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, mode & 0o7777),
-      );
+      const tmpName = `.upload.burrow-${randomBytes(6).toString('hex')}`;
+      let staged = false;
       try {
-        if (Buffer.isBuffer(data)) await fh.writeFile(data);
-        else await writeCoalesced(fh, data);
-        await fh.chmod(mode & 0o7777);
-        await fh.close();
-        await guard(r.path, () => rename(tmpPath, at(r)));
+        return await this.withResolved(
+          `${UPLOAD_TEMP_DIR}/${tmpName}`,
+          { followFinal: false, createParents: true },
+          async (t) => {
+            staged = true;
+            const [tmpDir, targetDir] = await Promise.all([
+              stat(at({ ...t, name: null })),
+              stat(at({ ...r, name: null })),
+            ]);
+            return this.writeVia(r, tmpDir.dev === targetDir.dev ? t.dir : r.dir, tmpName, data, mode);
+          },
+        );
       } catch (err) {
-        await fh.close().catch(() => undefined);
-        await unlink(tmpPath).catch(() => undefined);
-        throw toFsError(r.path, err);
+        // The temporary directory is unusable (the sandbox put something else there): stage next to the target.
+        if (staged) throw err;
+        return this.writeVia(r, r.dir, tmpName, data, mode);
       }
-      const st = await statOf(r);
-      return infoOf(r.path, st);
+    });
+  }
+
+  /** {@link write}'s body: stage `tmpName` in `stageDir`, then rename it onto `r`. */
+  private async writeVia(
+    r: Resolved,
+    stageDir: FileHandle,
+    tmpName: string,
+    data: Buffer | Readable,
+    mode: number,
+  ): Promise<FileInfo> {
+    const tmpPath = `/proc/self/fd/${stageDir.fd}/${tmpName}`;
+    const fh = await guard(r.path, () =>
+      open(tmpPath, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, mode & 0o7777),
+    );
+    try {
+      if (Buffer.isBuffer(data)) await fh.writeFile(data);
+      else await writeCoalesced(fh, data);
+      await fh.chmod(mode & 0o7777);
+      await fh.close();
+      await guard(r.path, () => rename(tmpPath, at(r)));
+    } catch (err) {
+      await fh.close().catch(() => undefined);
+      await unlink(tmpPath).catch(() => undefined);
+      throw toFsError(r.path, err);
+    }
+    const st = await statOf(r);
+    return infoOf(r.path, st);
+  }
+
+  /**
+   * Remove temporary files {@link write} left in {@link UPLOAD_TEMP_DIR} (a server killed mid-upload): regular
+   * files with its name pattern there, nothing else. Call only while no write to this sandbox is in flight.
+   * @returns the names removed
+   * @throws FsError when the directory cannot be read
+   */
+  async sweepUploadTemp(): Promise<string[]> {
+    if (!(await this.exists(UPLOAD_TEMP_DIR))) return [];
+    return this.withResolved(UPLOAD_TEMP_DIR, { followFinal: true }, async (r) => {
+      const dir = r.name === null ? r.dir : await guard(r.path, () => open(at(r), DIR_FLAGS)).catch(() => null);
+      // Not a directory (the sandbox put something else there): no write staged anything in it.
+      if (dir === null) return [];
+      const removed: string[] = [];
+      try {
+        for (const name of await guard(r.path, () => readdir(`/proc/self/fd/${dir.fd}`))) {
+          if (!isUploadTempName(name)) continue;
+          const hostPath = `/proc/self/fd/${dir.fd}/${name}`;
+          const st = await lstat(hostPath).catch(() => null);
+          if (st === null || !st.isFile()) continue;
+          await unlink(hostPath).then(
+            () => removed.push(name),
+            (err: NodeJS.ErrnoException) => {
+              if (err.code !== 'ENOENT') throw toFsError(`${r.path}/${name}`, err);
+            },
+          );
+        }
+      } finally {
+        if (dir !== r.dir) await dir.close();
+      }
+      return removed;
     });
   }
 

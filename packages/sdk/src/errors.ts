@@ -122,6 +122,11 @@ export class UnsupportedError extends BurrowError {}
 export class QuotaExceededError extends BurrowError {}
 /** No webhook with this id exists for the caller's tenant (`webhook_not_found`). */
 export class WebhookNotFoundError extends BurrowError {}
+/**
+ * The webhook URL is, or resolves to, a loopback, private, link-local or reserved address, which the server does
+ * not send to unless its operator allows it (`webhook_url_forbidden`, HTTP 422).
+ */
+export class WebhookUrlForbiddenError extends BurrowError {}
 /** The sandbox is quarantined: exec, writes, commands, fork, reset and delete need an admin key until released. */
 export class SandboxQuarantinedError extends BurrowError {}
 
@@ -160,6 +165,7 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   unsupported: UnsupportedError,
   quota_exceeded: QuotaExceededError,
   webhook_not_found: WebhookNotFoundError,
+  webhook_url_forbidden: WebhookUrlForbiddenError,
   sandbox_quarantined: SandboxQuarantinedError,
   internal_error: ServerError,
 };

@@ -69,6 +69,7 @@ export {
   UnsupportedError,
   UserNotFoundError,
   WebhookNotFoundError,
+  WebhookUrlForbiddenError,
 } from './errors.js';
 export { type ExecEvent, type ExecSignal, ExecStream, type ExecStreamOptions } from './exec-stream.js';
 export {

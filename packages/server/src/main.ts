@@ -73,6 +73,11 @@ export interface Config {
   /** First webhook retry delay; doubles per attempt, ms. @default 1000 (1 s) (BURROW_WEBHOOK_RETRY_BASE_MS) */
   webhookRetryBaseMs: number;
   /**
+   * Let webhooks target loopback, private, link-local and reserved addresses (refused otherwise, at registration
+   * and at each delivery, with `webhook_url_forbidden`). @default false (BURROW_WEBHOOK_ALLOW_PRIVATE=1 allows)
+   */
+  webhookAllowPrivate: boolean;
+  /**
    * Ready sandboxes kept per (public template, resources), claimed by creates that match; started by
    * {@link startServer} only. @default base:2 (BURROW_WARM_POOL, `TEMPLATE[@CPU/MEMORY_MIB/DISK_MIB]:COUNT,…`; `none`
    * for no pool)
@@ -130,6 +135,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
       overrides.expiryWarningMs ?? intFrom(env.BURROW_EXPIRY_WARNING_MS, 'BURROW_EXPIRY_WARNING_MS', 300_000),
     webhookRetryBaseMs:
       overrides.webhookRetryBaseMs ?? intFrom(env.BURROW_WEBHOOK_RETRY_BASE_MS, 'BURROW_WEBHOOK_RETRY_BASE_MS', 1000),
+    webhookAllowPrivate:
+      overrides.webhookAllowPrivate ?? ['1', 'true'].includes(env.BURROW_WEBHOOK_ALLOW_PRIVATE ?? ''),
     warmPool: overrides.warmPool ?? parseWarmPool(env.BURROW_WARM_POOL ?? 'base:2'),
     testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
   };
@@ -201,7 +208,13 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   const activity = new ActivityTracker(clock);
   const actors = new ActorContext();
   const eventStore = new EventStore(store.db);
-  const events = new EventService({ events: eventStore, actors, clock, logger });
+  const events = new EventService({
+    events: eventStore,
+    actors,
+    clock,
+    logger,
+    allowInternalWebhooks: config.webhookAllowPrivate,
+  });
   store.sandboxes.onTransition = (trx, before, after) => events.onSandboxTransition(trx, before, after);
   store.sandboxes.quotas.onDenied = (denial) => events.onQuotaDenied(denial);
   store.snapshots.quotas.onDenied = (denial) => events.onQuotaDenied(denial);
@@ -210,6 +223,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     clock,
     logger: logger.child({ component: 'webhooks' }),
     retryBaseMs: config.webhookRetryBaseMs,
+    allowInternalTargets: config.webhookAllowPrivate,
   });
   events.onAppended = () => webhooks.kick();
   const blobs = deps.blobs ?? new LocalDirBlobStore(join(config.dataDir, 'snapshots'));
@@ -256,7 +270,14 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     sandboxes,
     exec: new ExecService({ sandboxes, driver, mutex, clock, logger, activity }),
     commands: new CommandService({ sandboxes, driver, mutex, clock, logger }),
-    files: new FileService({ sandboxes, driver, mutex, holders: fsHolders }),
+    files: new FileService({
+      sandboxes,
+      driver,
+      mutex,
+      holders: fsHolders,
+      onSwept: (sandboxId, names) =>
+        logger.warn({ sandboxId, names }, 'removed temporary files of uploads a stopped server left'),
+    }),
     hygiene: new HygieneService({
       sandboxes: store.sandboxes,
       service: sandboxes,
@@ -394,6 +415,9 @@ export async function startServer(
       process.stdout.write(`Created the admin API key (saved to ${key.path}; shown only now):\n${key.secret}\n`);
     }
     await burrow.reconciler.reconcileOnce();
+    // Temporary files of uploads a killed server left half-written go before this process takes any upload.
+    const rows = await burrow.store.sandboxes.listAcrossTenants();
+    await burrow.services.files.sweepRunning(rows.filter((r) => r.state === 'running'));
     // Armed only now: the first pass finishes what a previous crash interrupted, which must not crash again.
     armCrashPoint(config.testCrashAt ?? null);
     burrow.reconciler.start(config.reconcileIntervalMs);

@@ -14,6 +14,7 @@ import { ApiError } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import { newId } from '../util/ids.js';
 import type { Principal } from './key-service.js';
+import { checkWebhookUrl } from './webhook-address-policy.js';
 
 /** The API view of an event row. */
 export function toEvent(r: EventRecord): Event {
@@ -84,7 +85,19 @@ export class EventService {
   /** Called after each append (main.ts points it at the webhook dispatcher). */
   onAppended: (() => void) | null = null;
 
-  constructor(private readonly deps: { events: EventStore; actors: ActorContext; clock: Clock; logger: Logger }) {
+  /**
+   * @param deps.allowInternalWebhooks accept webhook URLs on loopback, private, link-local and reserved addresses
+   *   (BURROW_WEBHOOK_ALLOW_PRIVATE). @default false
+   */
+  constructor(
+    private readonly deps: {
+      events: EventStore;
+      actors: ActorContext;
+      clock: Clock;
+      logger: Logger;
+      allowInternalWebhooks?: boolean | undefined;
+    },
+  ) {
     this.bus.setMaxListeners(0);
   }
 
@@ -280,11 +293,17 @@ export class EventService {
     }
   }
 
-  /** Register a webhook for the caller's tenant. @returns it and its secret (shown once) */
+  /**
+   * Register a webhook for the caller's tenant. Unless internal targets are allowed, a URL whose host is or
+   * resolves to a loopback, private, link-local or reserved address is refused (each delivery checks again).
+   * @returns it and its secret (shown once)
+   * @throws ApiError `webhook_url_forbidden`
+   */
   async addWebhook(
     caller: Principal,
     input: { url: string; secret?: string | undefined; types?: EventType[] | undefined },
   ): Promise<{ webhook: Webhook; secret: string }> {
+    if (this.deps.allowInternalWebhooks !== true) await checkWebhookUrl(input.url);
     const secret = input.secret ?? `whsec_${randomBytes(24).toString('base64url')}`;
     const record = {
       id: newId('whk'),

@@ -30,8 +30,15 @@ export function mapFsError(error: unknown): unknown {
   return new ApiError(error.code, error.message, { ...(hint === undefined ? {} : { hint }), cause: error });
 }
 
-/** File access inside running sandboxes, through {@link SandboxFs} (never by joining host paths). */
+/**
+ * File access inside running sandboxes, through {@link SandboxFs} (never by joining host paths). The first file
+ * call to a sandbox in this process first removes the temporary files of uploads a killed server left behind
+ * ({@link SandboxFs.sweepUploadTemp}): no write of this process is in flight then.
+ */
 export class FileService {
+  /** Sandboxes whose upload leftovers this process has swept (or is sweeping). */
+  private readonly swept = new Map<string, Promise<void>>();
+
   constructor(
     private readonly deps: {
       sandboxes: SandboxService;
@@ -39,8 +46,47 @@ export class FileService {
       mutex: KeyedMutex;
       /** Where long-lived handles (watches) register, to be closed before a pause, stop or delete. */
       holders?: FsHolders | undefined;
+      /** Told about each sweep that removed something. @default nothing */
+      onSwept?: ((sandboxId: string, names: string[]) => void) | undefined;
     },
   ) {}
+
+  /**
+   * Sweep the upload leftovers of running sandbox `id` once per process (call under its lock, while it runs).
+   * A failed sweep is retried by the next call and never fails the file call that triggered it.
+   */
+  private sweepOnce(id: string, fs: SandboxFs): Promise<void> {
+    let pending = this.swept.get(id);
+    if (pending === undefined) {
+      pending = fs.sweepUploadTemp().then(
+        (names) => {
+          if (names.length > 0) this.deps.onSwept?.(id, names);
+        },
+        () => {
+          this.swept.delete(id);
+        },
+      );
+      this.swept.set(id, pending);
+    }
+    return pending;
+  }
+
+  /**
+   * Sweep upload leftovers in every sandbox of `rows` that runs (at startup, before any upload of this process).
+   * @returns how many sandboxes were swept
+   */
+  async sweepRunning(rows: ReadonlyArray<{ tenantId: string; id: string }>): Promise<number> {
+    let n = 0;
+    for (const { tenantId, id } of rows) {
+      await this.deps.mutex.run(id, async () => {
+        const sandbox = await this.deps.sandboxes.require(tenantId, id).catch(() => null);
+        if (sandbox?.state !== 'running') return;
+        await this.sweepOnce(id, new SandboxFs(this.deps.driver.rootDir(id)));
+        n += 1;
+      });
+    }
+    return n;
+  }
 
   /**
    * Register a long-lived holder of handles in sandbox `id` (a watch): `release` runs, and is awaited, before the
@@ -69,7 +115,9 @@ export class FileService {
           hint: 'files are reachable while the sandbox runs',
         });
       }
-      return new SandboxFs(this.deps.driver.rootDir(id));
+      const fs = new SandboxFs(this.deps.driver.rootDir(id));
+      await this.sweepOnce(id, fs);
+      return fs;
     });
     try {
       return await fn(fs);

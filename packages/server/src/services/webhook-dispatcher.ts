@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { DueDelivery, EventStore } from '../store/event-store.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import { toEvent } from './event-service.js';
+import { postWebhook } from './webhook-address-policy.js';
 
 /** Header carrying `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`. */
 export const SIGNATURE_HEADER = 'burrow-signature';
@@ -32,6 +33,12 @@ export interface WebhookDispatcherOptions {
   requestTimeoutMs?: number;
   /** Time between looks for due retries, ms. @default 1000 (1 s) */
   pollIntervalMs?: number;
+  /**
+   * Send to loopback, private, link-local and reserved addresses too (BURROW_WEBHOOK_ALLOW_PRIVATE). Otherwise a
+   * delivery whose host is or resolves to one fails (checked at each connection, so DNS rebinding cannot get
+   * around it). @default false
+   */
+  allowInternalTargets?: boolean;
 }
 
 /**
@@ -101,9 +108,9 @@ export class WebhookDispatcher {
     let status: number | null = null;
     let error: string | null = null;
     try {
-      const response = await fetch(delivery.webhook.url, {
-        method: 'POST',
-        headers: {
+      status = await postWebhook(
+        delivery.webhook.url,
+        {
           'content-type': 'application/json',
           'user-agent': 'burrow-webhooks/1',
           [SIGNATURE_HEADER]: signWebhook(delivery.webhook.secret, body, timestamp),
@@ -111,11 +118,11 @@ export class WebhookDispatcher {
           'burrow-delivery-id': delivery.id,
         },
         body,
-        signal: AbortSignal.timeout(this.options.requestTimeoutMs ?? 10_000),
-        redirect: 'manual',
-      });
-      status = response.status;
-      await response.body?.cancel().catch(() => undefined);
+        {
+          allowInternal: this.options.allowInternalTargets ?? false,
+          timeoutMs: this.options.requestTimeoutMs ?? 10_000,
+        },
+      );
     } catch (e) {
       error = (e as Error).message;
     }
