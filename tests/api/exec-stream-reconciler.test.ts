@@ -75,6 +75,28 @@ describe('exec stream (WebSocket)', () => {
     expect(b.frames.at(-1)).toMatchObject({ type: 'exit', timedOut: true, signal: 'SIGKILL', exitCode: null });
   });
 
+  test('an exec stream that resumes a paused sandbox records the calling key as the actor', async () => {
+    // Found by a new user: `burrow exec` on a paused sandbox logged `resumed` with actor `system` (the start frame
+    // arrives in a socket event, outside the request's actor scope), while REST exec named the key.
+    const id = await create();
+    const paused = await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/pause`, headers: h.admin });
+    expect(paused.statusCode, paused.body).toBe(200);
+    const s = connect(id);
+    await opened(s.ws);
+    s.ws.send(JSON.stringify({ type: 'start', request: { cmd: ['true'] } }));
+    await s.closed;
+    expect(s.frames.at(-1)).toMatchObject({ type: 'exit', exitCode: 0 });
+    await h.burrow.services.events.flush();
+    const listed = await h.burrow.app.inject({
+      method: 'GET',
+      url: `/v1/events?sandboxId=${id}&type=resumed`,
+      headers: h.admin,
+    });
+    expect(listed.statusCode, listed.body).toBe(200);
+    const [resumed] = listed.json().items as Array<{ actor: string; reason: string }>;
+    expect(resumed).toMatchObject({ actor: expect.stringMatching(/^key_/), reason: 'UserRequest' });
+  });
+
   test('protocol errors and unknown sandboxes end with an error frame; bad keys are refused before upgrade', async () => {
     const id = await create();
     const a = connect(id);

@@ -1,3 +1,4 @@
+import { AsyncResource } from 'node:async_hooks';
 import { ExecChannel, ExecClientFrameSchema, type ExecServerFrame, SandboxParamsSchema } from '@burrow/contract';
 import type { SandboxProcess } from '@burrow/runtime';
 import type { FastifyRequest } from 'fastify';
@@ -49,9 +50,14 @@ class ExecSession {
   ) {}
 
   listen(): void {
-    this.socket.on('message', (data: Buffer, isBinary: boolean) => {
-      this.onMessage(data, isBinary).catch((error: unknown) => this.fail(error));
-    });
+    // Socket events run outside the request's async context: bound here, the start frame's work (an auto-resume,
+    // say) records its events with the calling key as the actor instead of `system`.
+    this.socket.on(
+      'message',
+      AsyncResource.bind((data: Buffer, isBinary: boolean) => {
+        this.onMessage(data, isBinary).catch((error: unknown) => this.fail(error));
+      }),
+    );
     this.socket.on('close', () => {
       if (this.finished) return;
       if (this.process === null || this.killOnDisconnect) {
