@@ -2,6 +2,7 @@
  * Issue 4's numbers: stdout throughput of a streamed exec (200 MiB through the server and the WebSocket) with the
  * server's RSS growth, and a background command's start → exit; against raw `runsc exec` in the same run.
  */
+import type { RuntimeDriver } from '@burrow/runtime';
 import { Sandbox } from '@burrow/sdk';
 import type { RawRunsc } from './raw-runsc.js';
 import { type Summary, summarize, time } from './stats.js';
@@ -22,7 +23,12 @@ export interface ExecRow {
 export async function benchExec(
   conn: { apiUrl: string; apiKey: string },
   raw: RawRunsc,
-  options: { iterations: number; log: (message: string) => void },
+  options: {
+    iterations: number;
+    log: (message: string) => void;
+    /** The server's driver (in-process): adds the driver-only round trip, i.e. the API round trip without HTTP. */
+    driver?: RuntimeDriver | undefined;
+  },
 ): Promise<ExecRow[]> {
   const samples = Math.max(2, Math.min(options.iterations, 5));
   const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: 600_000 });
@@ -38,6 +44,8 @@ export async function benchExec(
   const rawDd: number[] = [];
   const rtt: number[] = [];
   const rawRtt: number[] = [];
+  const driverRtt: number[] = [];
+  const driver = options.driver;
   let rssGrowthMiB = 0;
   try {
     // Steady-state round trip on a running sandbox (the agent is connected after the first seconds), interleaved
@@ -46,6 +54,18 @@ export async function benchExec(
     for (let i = 0; i < Math.max(20, options.iterations * 3); i++) {
       rtt.push(await time(() => sandbox.commands.run(['true'], { check: true })));
       rawRtt.push(await time(() => raw.exec(rawId, 'true')));
+      if (driver !== undefined) {
+        driverRtt.push(
+          await time(async () => {
+            const started = await driver.exec(sandbox.id, { argv: ['true'], env: {}, cwd: '/' });
+            started.stdout.resume();
+            started.stderr.resume();
+            started.stdin.end();
+            const exit = await started.exited;
+            if (exit.exitCode !== 0) throw new Error(`driver exec of true: ${JSON.stringify(exit)}`);
+          }),
+        );
+      }
     }
     const rssBefore = process.memoryUsage().rss;
     let rssPeak = rssBefore;
@@ -99,6 +119,17 @@ export async function benchExec(
       ratio: Math.round((rt.p50 / rr.p50) * 100) / 100,
       target: 'p50 ≤ 15 ms (issue 4)',
     },
+    ...(driverRtt.length === 0
+      ? []
+      : [
+          {
+            metric: 'exec round trip (`true`) at the driver, no HTTP (the row above minus server and client)',
+            ours: summarize(driverRtt),
+            raw: rr,
+            ratio: Math.round((summarize(driverRtt).p50 / rr.p50) * 100) / 100,
+            target: '—',
+          },
+        ]),
     {
       metric: `stdout 200 MiB streamed, \`head -c\` (ours ${mbps(o.p50)} MB/s, raw ${mbps(r.p50)} MB/s at p50; client+server RSS +${rssGrowthMiB} MiB)`,
       ours: o,

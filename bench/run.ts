@@ -82,7 +82,7 @@ async function main(): Promise<void> {
         rows.push(...start.rows);
       }
       if (wants('core')) rows.push(...(await benchCore(conn, raw)));
-      if (wants('exec')) rows.push(...(await benchExec(conn, raw, { iterations, log })));
+      if (wants('exec')) rows.push(...(await benchExec(conn, raw, { iterations, log, driver: server.burrow.driver })));
       if (wants('files'))
         rows.push(
           ...(await benchFiles(conn, {

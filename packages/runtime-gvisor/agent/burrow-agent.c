@@ -242,6 +242,21 @@ static void on_sigchld(int sig) {
   errno = saved;
 }
 
+/*
+ * Signals the agent ignores (found once at start: inherited from the init's shell, and SIGPIPE): the only
+ * dispositions execve keeps, so the only ones a command needs reset. Resetting all 64 in the vfork child cost about
+ * 0.4 ms per exec inside gVisor (64 trapped system calls).
+ */
+static int ignored_signals[65];
+static int ignored_count;
+
+static void find_ignored_signals(void) {
+  for (int s = 1; s < 65; s++) {
+    struct sigaction old;
+    if (sigaction(s, NULL, &old) == 0 && old.sa_handler == SIG_IGN) ignored_signals[ignored_count++] = s;
+  }
+}
+
 /* State the vfork child reports back through shared memory. */
 static volatile int child_stage;
 static volatile int child_errno;
@@ -265,9 +280,10 @@ __attribute__((noinline, noreturn)) static void child_exec(const char *cwd, int 
   /*
    * Every signal back to its default and none blocked: the init's shell started the agent as an asynchronous
    * command, which POSIX shells start with SIGINT and SIGQUIT ignored, and ignored signals survive execve (a PTY's
-   * Ctrl-C then did nothing and the command exited 0). The agent itself ignores SIGPIPE.
+   * Ctrl-C then did nothing and the command exited 0). The agent itself ignores SIGPIPE. Handled signals (SIGCHLD)
+   * go back to their default at execve; the child has no children, so its SIGCHLD handler never runs before that.
    */
-  for (int s = 1; s < 65; s++) signal(s, SIG_DFL);
+  for (int i = 0; i < ignored_count; i++) signal(ignored_signals[i], SIG_DFL);
   uint64_t none = 0;
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
   if (chdir(cwd) < 0) {
@@ -515,6 +531,7 @@ static int pump_output(struct exec *e, int *fd, char type) {
 int main(int argc, char **argv) {
   if (argc > 1) socket_path = argv[1];
   signal(SIGPIPE, SIG_IGN);
+  find_ignored_signals();
   for (int i = 0; i < MAX_EXECS; i++) execs[i].sock = execs[i].in_fd = execs[i].out_fd = execs[i].err_fd = -1;
   if (pipe2(sigchld_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 1;
   struct sigaction sa = {0};
