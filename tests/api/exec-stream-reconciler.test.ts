@@ -124,7 +124,7 @@ describe('reconciler', () => {
     const row = await h.burrow.store.sandboxes.getAcrossTenants(healthy);
     if (row === null) throw new Error('row missing');
     // A row a crash left in `creating`, with its host directory.
-    const interrupted = 'sbx_interruptedrow000000'.slice(0, 24);
+    const interrupted = 'sbx_ntrrptdrw00000000000'; // a valid id: its events pass the response schema
     await h.burrow.store.sandboxes.insert({ ...row, id: interrupted, state: 'creating', labels: {} });
     await h.driver.create({
       sandboxId: interrupted,
@@ -151,6 +151,15 @@ describe('reconciler', () => {
     for (const gone of [interrupted, orphan]) expect(host).not.toContain(gone);
     expect(host).toContain(healthy);
     expect((await h.burrow.store.sandboxes.getAcrossTenants(vanished))?.state).toBe('error');
+    // The repair is the reconciler's, not a user's (a kill -9 mid-create showed `deleted` by `system`, `UserRequest`).
+    await h.burrow.services.events.flush();
+    const listed = await h.burrow.app.inject({
+      method: 'GET',
+      url: `/v1/events?sandboxId=${interrupted}&type=deleted`,
+      headers: h.admin,
+    });
+    expect(listed.statusCode, listed.body).toBe(200);
+    expect(listed.json().items).toEqual([expect.objectContaining({ actor: 'system:reconciler', reason: 'Reconcile' })]);
     const again = await h.burrow.reconciler.reconcileOnce();
     expect(again).toEqual({
       expired: [],

@@ -314,6 +314,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     logger,
     metrics,
     orphanGraceMs: config.orphanGraceMs,
+    actors,
   });
   metrics.setSources(metricsSources(store, driver));
   const policies = new PolicyEnforcer({

@@ -7,6 +7,7 @@ import type { SandboxStore } from '../store/sandbox-store.js';
 import type { SnapshotStore } from '../store/snapshot-store.js';
 import type { Clock } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
+import { type ActorContext, SYSTEM_RECONCILER } from './actor-context.js';
 import { HostHygiene } from './host-hygiene.js';
 import { isQuarantined } from './quarantine.js';
 import { decideSandbox } from './ttl-policy.js';
@@ -35,6 +36,8 @@ export interface ReconcilerDeps {
   clock: Clock;
   logger: Logger;
   metrics?: Metrics | undefined;
+  /** Names the reconciler (`system:reconciler`) as the actor of the events its passes record (absent: `system`). */
+  actors?: ActorContext | undefined;
   /** Grace before host resources no row owns are reaped, ms. @default 60_000 */
   orphanGraceMs?: number | undefined;
 }
@@ -58,7 +61,9 @@ export class Reconciler {
   /** One pass over every row and every host resource. Concurrent calls share one pass. */
   reconcileOnce(): Promise<ReconcileReport> {
     if (this.running === null) {
-      this.running = this.pass().finally(() => {
+      const actors = this.deps.actors;
+      const pass = actors === undefined ? this.pass() : actors.run({ actor: SYSTEM_RECONCILER }, () => this.pass());
+      this.running = pass.finally(() => {
         this.running = null;
       });
     }
@@ -163,6 +168,13 @@ export class Reconciler {
     await this.hygiene.markVanished(host, rows, report);
     await this.hygiene.releaseEnded(host, rows, report);
     await this.hygiene.reapBlobs(report);
+    // Host leftovers of no sandbox (gVisor: empty cgroup parents of instances whose data dir is gone): logged only,
+    // they may belong to other instances on this host, so they stay out of this instance's report.
+    const leftovers = await driver.reapHostLeftovers?.().catch((error: unknown) => {
+      this.deps.logger.warn({ err: error }, 'reaping host leftovers failed');
+      return [];
+    });
+    if (leftovers !== undefined && leftovers.length > 0) this.deps.logger.info({ leftovers }, 'host leftovers removed');
     const acted =
       report.expired.length +
       report.finished.length +
