@@ -1,4 +1,7 @@
-import { symlink, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { readdir, symlink, writeFile } from 'node:fs/promises';
+import { get, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ErrorEnvelopeSchema, FileInfoSchema } from '@burrow/contract';
 import type { LightMyRequestResponse } from 'fastify';
@@ -213,6 +216,90 @@ describe('files', () => {
   });
 });
 
+/** The harness app's URL, listening on 127.0.0.1 (once for the whole file). */
+async function listening(): Promise<string> {
+  const server = h.burrow.app.server;
+  if (server.listening) return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return h.burrow.app.listen({ host: '127.0.0.1', port: 0 });
+}
+
+describe('file transfers in flight', () => {
+  test('a pause ends an upload (409, nothing written, no temporary file) and a download (body cut short)', async () => {
+    const created = await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: {} });
+    const sid = String(created.json().id);
+    const root = h.driver.rootDir(sid);
+    const url = new URL(await listening());
+    const pause = async () => {
+      const res = await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${sid}/pause`, headers: h.admin });
+      expect(res.statusCode, res.body).toBe(200);
+    };
+    const staged = async () => (await readdir(join(root, '.burrow-tmp')).catch(() => [] as string[])).length;
+    try {
+      // An upload that sent 1 MiB and waits for more when the pause comes.
+      const upload = request(`${url.origin}/v1/sandboxes/${sid}/files/content?path=${q('/root/big.bin')}`, {
+        method: 'PUT',
+        headers: { ...h.admin, 'content-type': 'application/octet-stream' },
+      });
+      const answered = new Promise<{ status: number; body: string }>((resolve, reject) => {
+        upload.on('response', (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => {
+            body += c.toString();
+          });
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        });
+        upload.on('error', reject);
+      });
+      upload.write(Buffer.alloc(1024 * 1024, 1));
+      for (let i = 0; i < 400 && (await staged()) === 0; i++) await new Promise((r) => setTimeout(r, 25));
+      expect(await staged()).toBe(1);
+      await pause();
+      const refused = await answered;
+      upload.destroy();
+      expect(refused.status, refused.body).toBe(409);
+      expect(JSON.parse(refused.body).error.code).toBe('conflict');
+      expect(await staged()).toBe(0);
+      expect(existsSync(join(root, 'root/big.bin'))).toBe(false);
+
+      // A download whose client stopped reading after its first bytes when the pause comes.
+      const resumed = await h.burrow.app.inject({
+        method: 'POST',
+        url: `/v1/sandboxes/${sid}/resume`,
+        headers: h.admin,
+      });
+      expect(resumed.statusCode, resumed.body).toBe(200);
+      const sizeBytes = 32 * 1024 * 1024;
+      await writeFile(join(root, 'root/large.bin'), Buffer.alloc(sizeBytes, 2));
+      const received = await new Promise<{ bytes: number; complete: boolean }>((resolve, reject) => {
+        get(
+          `${url.origin}/v1/sandboxes/${sid}/files/content?path=${q('/root/large.bin')}`,
+          { headers: h.admin },
+          (res) => {
+            expect(res.statusCode).toBe(200);
+            let bytes = 0;
+            res.once('data', (c: Buffer) => {
+              bytes += c.length;
+              res.pause();
+              void pause().then(() => {
+                res.on('data', (more: Buffer) => {
+                  bytes += more.length;
+                });
+                res.resume();
+              }, reject);
+            });
+            res.on('error', () => undefined);
+            res.on('close', () => resolve({ bytes, complete: res.complete }));
+          },
+        ).on('error', reject);
+      });
+      expect(received.complete).toBe(false);
+      expect(received.bytes).toBeLessThan(sizeBytes);
+    } finally {
+      await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${sid}`, headers: h.admin });
+    }
+  });
+});
+
 describe('an open watch', () => {
   /** Open a watch over HTTP and read its events until `end` (or 20 s). */
   async function openWatch(url: string): Promise<{ events: Promise<string> }> {
@@ -240,7 +327,7 @@ describe('an open watch', () => {
   }
 
   test('is ended by a pause and a delete instead of failing them (its handles kept the overlay busy)', async () => {
-    const url = await h.burrow.app.listen({ host: '127.0.0.1', port: 0 });
+    const url = await listening();
     const first = await openWatch(url);
     // The pause used to fail after its checkpoint ("cannot unmount …: busy"), leaving a dead sandbox marked running.
     const paused = await h.burrow.app.inject({ method: 'POST', url: `/v1/sandboxes/${id}/pause`, headers: h.admin });

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { chmod, lstat, mkdir, open, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join, resolve } from 'node:path';
@@ -40,6 +41,7 @@ import {
   preferStubsForOomKill,
   readOomKillCount,
   removeCgroupDirs,
+  removeEmptyCgroupParent,
   unmountAll,
 } from './host-plumbing.js';
 import { buildOciSpec } from './oci-spec.js';
@@ -50,6 +52,13 @@ import { startSandboxProcess } from './sandbox-process.js';
 /** Parent cgroup of every sandbox: `/burrow/<sandboxId>` in each v1 hierarchy. */
 /** Parent of every Burrow instance's cgroups; each instance (data dir) has its own child, see `cgroupParent`. */
 const CGROUP_PARENT = 'burrow';
+/** See {@link GvisorDriverOptions.cgroupOwnersDir}. */
+const DEFAULT_CGROUP_OWNERS_DIR = '/run/burrow/cgroup-parents';
+
+/** The 12 hex of an instance's cgroup parent `burrow/<hash>`: sha256 of its data dir's absolute path. */
+export function cgroupParentHash(dataDir: string): string {
+  return createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 12);
+}
 
 /** How long a checkpoint that found an open host socket waits before its one retry, in ms. */
 const HOST_SOCKET_RETRY_DELAY_MS = 250;
@@ -80,6 +89,12 @@ export interface GvisorDriverOptions {
   maxProcesses?: number;
   /** Root of the cgroup v1 hierarchies. @default '/sys/fs/cgroup' */
   cgroupRoot?: string;
+  /**
+   * Where each instance records which data dir its cgroup parent `burrow/<hash>` belongs to (one file per hash,
+   * holding the data dir's path), so that {@link GvisorDriver.reapStaleCgroupParents} can tell a parent whose data
+   * dir is gone. Under /run: gone at reboot, like the cgroups. @default '/run/burrow/cgroup-parents'
+   */
+  cgroupOwnersDir?: string;
   logger?: DriverLogger;
   /**
    * Run commands through the in-sandbox exec agent (docs/adr/0003); `false` makes every exec a `runsc exec`, as
@@ -128,6 +143,10 @@ export class GvisorDriver implements RuntimeDriver {
    * on one host never see, count or reap each other's sandboxes.
    */
   private readonly cgroupParent: string;
+  /** See {@link GvisorDriverOptions.cgroupOwnersDir}. */
+  private readonly cgroupOwnersDir: string;
+  /** The owner record of this instance's cgroup parent, written once before the first sandbox starts. */
+  private ownerRecorded: Promise<void> | null = null;
   private readonly platform: GvisorPlatform;
   private readonly logger: DriverLogger | undefined;
   /** Last seen memory-cgroup `oom_kill` counter per sandbox. */
@@ -153,7 +172,8 @@ export class GvisorDriver implements RuntimeDriver {
     );
     this.cgroupRoot = options.cgroupRoot ?? '/sys/fs/cgroup';
     this.maxProcesses = options.maxProcesses ?? 1024;
-    this.cgroupParent = `${CGROUP_PARENT}/${createHash('sha256').update(resolve(options.dataDir)).digest('hex').slice(0, 12)}`;
+    this.cgroupParent = `${CGROUP_PARENT}/${cgroupParentHash(options.dataDir)}`;
+    this.cgroupOwnersDir = options.cgroupOwnersDir ?? DEFAULT_CGROUP_OWNERS_DIR;
     this.logger = options.logger;
     this.execAgent = options.execAgent ?? true;
     this.agentCacheDir = options.agentCacheDir ?? join(options.dataDir, 'agent-cache');
@@ -325,6 +345,7 @@ export class GvisorDriver implements RuntimeDriver {
       if (signal?.aborted) throw abortError(signal);
     };
     const made: Array<() => Promise<void>> = [];
+    await this.recordCgroupOwner();
     try {
       checkAbort();
       if (existing) await this.runsc.run(['delete', '-force', sandboxId]);
@@ -441,8 +462,75 @@ export class GvisorDriver implements RuntimeDriver {
    * Stop listening for exec agents and drop their connections: an agent still connected to this driver's socket
    * would hold a host socket open in its sandbox, which a later checkpoint by the next driver cannot save.
    */
+  /**
+   * Close the agent connections and remove this instance's cgroup parent `burrow/<hash>` where it is empty (no
+   * sandbox cgroup left under it: sandboxes still running keep it), with its owner record once it is gone.
+   */
   async close(): Promise<void> {
     await this.agents.closeAll();
+    if (await removeEmptyCgroupParent(this.cgroupRoot, this.cgroupParent)) {
+      await rm(this.ownerFile(this.cgroupParent.slice(CGROUP_PARENT.length + 1)), { force: true }).catch(
+        () => undefined,
+      );
+      this.ownerRecorded = null;
+    }
+  }
+
+  /** {@link reapStaleCgroupParents}, as the reconciler's hook: `cgroup burrow/<hash>` per parent removed. */
+  async reapHostLeftovers(): Promise<string[]> {
+    return (await this.reapStaleCgroupParents()).map((hash) => `cgroup ${CGROUP_PARENT}/${hash}`);
+  }
+
+  /** The owner record of cgroup parent `burrow/<hash>`. */
+  private ownerFile(hash: string): string {
+    return join(this.cgroupOwnersDir, hash);
+  }
+
+  /** Record (once) that this instance's cgroup parent belongs to its data dir. Failures only lose the record. */
+  private recordCgroupOwner(): Promise<void> {
+    this.ownerRecorded ??= (async () => {
+      await mkdir(this.cgroupOwnersDir, { recursive: true });
+      await writeFile(this.ownerFile(this.cgroupParent.slice(CGROUP_PARENT.length + 1)), resolve(this.dataDir));
+    })().catch((error: unknown) => this.logger?.warn({ err: error }, 'recording the cgroup parent owner failed'));
+    return this.ownerRecorded;
+  }
+
+  /**
+   * Remove the empty cgroup parents `burrow/<hash>` of other instances whose data dir no longer exists (their
+   * owner record names it), and empty ones without a record (made before records existed) untouched for
+   * `unrecordedAgeMs`. Never this instance's own, never one with a sandbox cgroup under it.
+   * @param options.unrecordedAgeMs @default 3_600_000 (1 hour)
+   * @returns the hashes removed
+   */
+  async reapStaleCgroupParents(options: { unrecordedAgeMs?: number } = {}): Promise<string[]> {
+    const own = this.cgroupParent.slice(CGROUP_PARENT.length + 1);
+    const removed: string[] = [];
+    for (const hash of await cgroupChildren(this.cgroupRoot, CGROUP_PARENT)) {
+      if (hash === own || !/^[0-9a-f]{12}$/.test(hash)) continue;
+      const owner = await readFile(this.ownerFile(hash), 'utf8').catch(() => null);
+      if (owner !== null) {
+        if (existsSync(owner)) continue;
+      } else {
+        const dirs = await cgroupDirs(this.cgroupRoot, '', join(CGROUP_PARENT, hash));
+        const newestMs = Math.max(
+          0,
+          ...(await Promise.all(
+            dirs.map((d) =>
+              stat(d).then(
+                (st) => st.mtimeMs,
+                () => 0,
+              ),
+            ),
+          )),
+        );
+        if (Date.now() - newestMs < (options.unrecordedAgeMs ?? 3_600_000)) continue;
+      }
+      if (await removeEmptyCgroupParent(this.cgroupRoot, join(CGROUP_PARENT, hash))) {
+        await rm(this.ownerFile(hash), { force: true }).catch(() => undefined);
+        removed.push(hash);
+      }
+    }
+    return removed;
   }
 
   async delete(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<void> {

@@ -111,6 +111,25 @@ export async function cgroupDirs(cgroupRoot: string, parent: string, name: strin
   return found;
 }
 
+/**
+ * Remove the cgroup `<parent>` from every hierarchy where it has no child cgroup and no process (the kernel
+ * refuses to remove a busy one: EBUSY, left as it is).
+ * @returns whether `<parent>` is gone from every hierarchy
+ */
+export async function removeEmptyCgroupParent(cgroupRoot: string, parent: string): Promise<boolean> {
+  let gone = true;
+  for (const controller of await readdir(cgroupRoot).catch(() => [] as string[])) {
+    const dir = join(cgroupRoot, controller, parent);
+    const code = await rmdir(dir).then(
+      () => null,
+      (error: NodeJS.ErrnoException) => error.code ?? 'unknown',
+    );
+    // ENOTDIR: a controller file (or a joined hierarchy's link), never a parent of ours.
+    if (code !== null && code !== 'ENOENT' && code !== 'ENOTDIR') gone = false;
+  }
+  return gone;
+}
+
 /** Names of the child cgroups of `<parent>` in any hierarchy. */
 export async function cgroupChildren(cgroupRoot: string, parent: string): Promise<string[]> {
   const names = new Set<string>();

@@ -152,6 +152,12 @@ export interface RuntimeDriver extends PersistenceVerbs {
   /** Ids of every sandbox that has any resource on this host (containers, mounts, cgroups, directories). */
   listHostResources(): Promise<HostResources>;
   /**
+   * Remove host leftovers that belong to no sandbox and no live instance (gVisor: the empty cgroup parents of
+   * instances whose data dir is gone). Optional; the reconciler calls it each pass.
+   * @returns a name for each leftover removed
+   */
+  reapHostLeftovers?(): Promise<string[]>;
+  /**
    * Disk use and changes since the template of a running, paused or stopped sandbox, without changing it: a disk
    * that is not mounted is mounted read-only (never read-write) for the look and unmounted after. Optional.
    * @throws RuntimeError when nothing of the sandbox is on the host

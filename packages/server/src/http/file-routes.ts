@@ -101,9 +101,13 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
       },
     },
     async (request, reply) => {
-      const { stream, sizeBytes } = await services.files.with(principalOf(request), request.params.id, (fs) =>
-        fs.openRead(request.query.path),
-      );
+      let sizeBytes = 0;
+      // A pause, stop or delete ends the stream (see FileService.download).
+      const stream = await services.files.download(principalOf(request), request.params.id, async (fs) => {
+        const opened = await fs.openRead(request.query.path);
+        sizeBytes = opened.sizeBytes;
+        return opened.stream;
+      });
       // A stream is sent as is (fastify serializes only plain values); the 200 schema documents the bytes.
       return reply
         .type('application/octet-stream')
@@ -128,8 +132,9 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
     async (request) => {
       const body = rawBody(request);
       const mode = Number.parseInt(request.query.mode, 8);
-      return services.files.with(principalOf(request), request.params.id, (fs) =>
-        fs.write(request.query.path, body, { mode }),
+      // A pause, stop or delete ends the upload with 409 (see FileService.upload).
+      return services.files.upload(principalOf(request), request.params.id, body, (fs, source) =>
+        fs.write(request.query.path, source, { mode }),
       );
     },
   );
@@ -252,8 +257,8 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
     },
     async (request) => {
       const body = rawBody(request);
-      return services.files.with(principalOf(request), request.params.id, (fs) =>
-        extractArchive(fs, request.query.path, body),
+      return services.files.upload(principalOf(request), request.params.id, body, (fs, source) =>
+        extractArchive(fs, request.query.path, source),
       );
     },
   );
@@ -272,7 +277,7 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
     },
     async (request, reply) => {
       const { path, gzip } = request.query;
-      const stream = await services.files.with(principalOf(request), request.params.id, (fs) =>
+      const stream = await services.files.download(principalOf(request), request.params.id, async (fs) =>
         packDirectory(fs, path, { gzip }),
       );
       return reply.type(gzip ? 'application/gzip' : 'application/x-tar').send(stream as unknown as string);

@@ -1,5 +1,6 @@
+import { PassThrough, type Readable } from 'node:stream';
 import { ErrorCode } from '@burrow/contract';
-import { FsError, type RuntimeDriver, SandboxFs } from '@burrow/runtime';
+import { FsError, IO_CHUNK_BYTES, type RuntimeDriver, SandboxFs } from '@burrow/runtime';
 import { ApiError } from '../util/api-error.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { FsHolders, FsRelease } from './fs-holders.js';
@@ -104,11 +105,124 @@ export class FileService {
   }
 
   /**
+   * Upload `body` with `fn` (a streamed file write or archive extraction) into sandbox `id`. The upload is
+   * registered, under the sandbox's lock, as a holder that a pause, stop or delete ends first: `fn` then sees its
+   * source fail (a write removes its temporary file), the call answers `conflict` (409), and the runtime proceeds
+   * (it never waits for a slow client).
+   * @throws ApiError `conflict` when the sandbox was paused, stopped or deleted during the upload, and what
+   *   {@link with} throws
+   */
+  async upload<T>(
+    caller: Principal,
+    id: string,
+    body: Readable,
+    fn: (fs: SandboxFs, source: Readable) => Promise<T>,
+  ): Promise<T> {
+    const source = new PassThrough({ highWaterMark: IO_CHUNK_BYTES });
+    // Not pipeline(): ending `source` for a pause must leave the request alone (the 409 is still to be sent).
+    body.pipe(source);
+    body.once('error', (error) => source.destroy(error));
+    body.once('close', () => {
+      if (!body.readableEnded) source.destroy(new Error('the client ended the upload before its end'));
+    });
+    const interrupted = new Error(`sandbox ${id} is pausing, stopping or being deleted`);
+    return this.withTransfer(id, caller, 'upload', async (fs, transfer) => {
+      transfer.signal.addEventListener('abort', () => {
+        body.unpipe(source);
+        source.destroy(interrupted);
+      });
+      try {
+        return await fn(fs, source);
+      } finally {
+        transfer.end();
+      }
+    });
+  }
+
+  /**
+   * Open a download stream with `open` (a file's bytes or a directory's tar) in sandbox `id`, registered under the
+   * sandbox's lock as a holder that a pause, stop or delete ends first: the stream is destroyed with an error (the
+   * client sees the body cut short of its Content-Length or its chunked end) and its handles closed, so the
+   * runtime can unmount at once.
+   * @throws what {@link with} throws
+   */
+  async download(caller: Principal, id: string, open: (fs: SandboxFs) => Promise<Readable>): Promise<Readable> {
+    return this.withTransfer(id, caller, 'download', async (fs, transfer) => {
+      const stream = await open(fs).catch((error: unknown) => {
+        transfer.end();
+        throw error;
+      });
+      transfer.signal.addEventListener('abort', () =>
+        stream.destroy(new Error(`sandbox ${id} is pausing, stopping or being deleted; the download was ended`)),
+      );
+      if (stream.closed) transfer.end();
+      else stream.once('close', () => transfer.end());
+      return stream;
+    });
+  }
+
+  /**
+   * {@link with}, plus a holder registered under the lock before `fn` runs: its release aborts `transfer.signal`
+   * and waits until `transfer.end()` is called. A failure after the abort is `conflict` (409).
+   */
+  private async withTransfer<T>(
+    id: string,
+    caller: Principal,
+    kind: 'upload' | 'download',
+    fn: (fs: SandboxFs, transfer: { signal: AbortSignal; end: () => void }) => Promise<T>,
+  ): Promise<T> {
+    const controller = new AbortController();
+    let endTransfer = (): void => undefined;
+    const ended = new Promise<void>((resolve) => {
+      endTransfer = resolve;
+    });
+    let unhold = (): void => undefined;
+    const end = () => {
+      unhold();
+      endTransfer();
+    };
+    const fs = await this.open(caller, id, () => {
+      unhold = this.hold(id, async () => {
+        controller.abort();
+        await ended;
+      });
+    });
+    try {
+      return await fn(fs, { signal: controller.signal, end });
+    } catch (error) {
+      end();
+      if (controller.signal.aborted) {
+        throw new ApiError(ErrorCode.conflict, `sandbox ${id} was paused, stopped or deleted during the ${kind}`, {
+          hint:
+            kind === 'upload'
+              ? 'nothing was written (the partial file was removed); resume the sandbox and upload again'
+              : 'resume the sandbox and download again',
+          cause: error,
+        });
+      }
+      throw mapFsError(error);
+    }
+  }
+
+  /**
    * Run `fn` with the file view of sandbox `id`; file errors become API errors.
    * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, or the file error's code
    */
   async with<T>(caller: Principal, id: string, fn: (fs: SandboxFs) => Promise<T>): Promise<T> {
-    const fs = await this.deps.mutex.run(id, async () => {
+    const fs = await this.open(caller, id);
+    try {
+      return await fn(fs);
+    } catch (error) {
+      throw mapFsError(error);
+    }
+  }
+
+  /**
+   * The file view of running sandbox `id`, checked (and `underLock` run) under the sandbox's lock.
+   * @throws ApiError `sandbox_not_found`, `sandbox_not_running`
+   */
+  private async open(caller: Principal, id: string, underLock?: () => void): Promise<SandboxFs> {
+    return this.deps.mutex.run(id, async () => {
       const sandbox = await this.deps.sandboxes.requireRunning(caller.tenantId, id);
       if (sandbox.state !== 'running') {
         throw new ApiError(ErrorCode.sandboxNotRunning, `sandbox ${id} is ${sandbox.state}, not running`, {
@@ -117,12 +231,8 @@ export class FileService {
       }
       const fs = new SandboxFs(this.deps.driver.rootDir(id));
       await this.sweepOnce(id, fs);
+      underLock?.();
       return fs;
     });
-    try {
-      return await fn(fs);
-    } catch (error) {
-      throw mapFsError(error);
-    }
   }
 }
