@@ -1,4 +1,5 @@
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { get, type IncomingMessage, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GvisorDriver } from '@burrow/runtime-gvisor';
@@ -73,6 +74,59 @@ describe('persistence API over the real GvisorDriver', () => {
     });
     expect((await call('POST', `/sandboxes/${id}/start`)).body.state).toBe('running');
     expect((await exec(id, 'cat /root/a.txt')).stdout).toBe('kept\n');
+    expect((await call('DELETE', `/sandboxes/${id}`)).status).toBe(204);
+  });
+
+  test('a pause with an upload and a download in flight ends both and pauses (the overlay is not kept busy)', async () => {
+    const id = await create();
+    expect((await exec(id, 'head -c 48M /dev/zero > /root/large.bin')).status).toBe(200);
+    const origin = new URL(await burrow.app.listen({ host: '127.0.0.1', port: 0 })).origin;
+    const staged = async () => (await exec(id, 'ls -A /.burrow-tmp 2>/dev/null | wc -l')).stdout.trim();
+    // An upload that sent 1 MiB and waits for more, and a download whose client stopped reading.
+    const upload = request(`${origin}/v1/sandboxes/${id}/files/content?path=/root/big.bin`, {
+      method: 'PUT',
+      headers: { ...admin, 'content-type': 'application/octet-stream' },
+    });
+    const uploaded = new Promise<{ status: number; body: string }>((resolve, reject) => {
+      upload.on('response', (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => {
+          body += c.toString();
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      upload.on('error', reject);
+    });
+    upload.write(Buffer.alloc(1024 * 1024, 1));
+    const download = await new Promise<IncomingMessage>((resolve, reject) => {
+      get(`${origin}/v1/sandboxes/${id}/files/content?path=/root/large.bin`, { headers: admin }, (res) => {
+        res.once('data', () => res.pause());
+        resolve(res);
+      }).on('error', reject);
+    });
+    expect(download.statusCode).toBe(200);
+    let receivedBytes = 0;
+    const downloaded = new Promise<boolean>((resolve) => {
+      download.on('close', () => resolve(download.complete));
+    });
+    for (let i = 0; i < 400 && (await staged()) === '0'; i++) await new Promise((r) => setTimeout(r, 25));
+    expect(await staged()).toBe('1');
+    const paused = await call('POST', `/sandboxes/${id}/pause`);
+    expect(paused.status, JSON.stringify(paused.body)).toBe(200);
+    expect(paused.body.state).toBe('paused');
+    const refused = await uploaded;
+    upload.destroy();
+    expect(refused.status, refused.body).toBe(409);
+    download.on('data', (c: Buffer) => {
+      receivedBytes += c.length;
+    });
+    download.on('error', () => undefined);
+    download.resume();
+    expect(await downloaded).toBe(false);
+    expect(receivedBytes).toBeLessThan(48 * 1024 * 1024);
+    // Resumed by the exec: nothing was written, and no temporary file is left.
+    expect(await staged()).toBe('0');
+    expect((await exec(id, 'test -e /root/big.bin && echo there || echo absent')).stdout.trim()).toBe('absent');
     expect((await call('DELETE', `/sandboxes/${id}`)).status).toBe(204);
   });
 
