@@ -171,5 +171,7 @@ export async function removeDataDir(dataDir: string): Promise<void> {
   if (dataDir === '') return;
   const driver = new GvisorDriver({ dataDir });
   for (const id of (await driver.listHostResources()).sandboxIds) await driver.delete(id).catch(() => undefined);
+  // Its cgroup parent burrow/<hash> too (removed when empty), so test runs leave none behind.
+  await driver.close();
   rmSync(dataDir, { recursive: true, force: true });
 }
