@@ -1,4 +1,4 @@
-import type { Sandbox, Snapshot } from '@burrow/contract';
+import type { Sandbox } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
 import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
 import { extendedTimeoutAt } from '../lifecycle/lifecycle-policy.js';
@@ -8,7 +8,6 @@ import { ApiError } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { Principal } from './key-service.js';
-import { toSnapshot } from './persistence-service.js';
 import { type SandboxService, toSandboxSeen } from './sandbox-service.js';
 
 /** A policy update after contract parsing: fields left out stay. */
@@ -101,22 +100,6 @@ export class PolicyService {
       if (updated === null) throw conflict(id);
       return toSandboxSeen(updated, this.deps.service.activityOf(id));
     });
-  }
-
-  /**
-   * Set a snapshot's retention: deleted `retentionMs` from now.
-   * @throws ApiError `snapshot_not_found`
-   */
-  async setSnapshotRetention(caller: Principal, snapshotId: string, retentionMs: number): Promise<Snapshot> {
-    const snapshot = await this.deps.snapshots.find(caller.tenantId, snapshotId);
-    if (snapshot === null) {
-      throw new ApiError(ErrorCode.snapshotNotFound, `no snapshot ${snapshotId}`, {
-        hint: 'list snapshots with `burrow snapshot ls`',
-      });
-    }
-    const expiresAt = new Date(this.deps.clock.nowMs() + retentionMs).toISOString();
-    await this.deps.snapshots.setExpiresAt(snapshot.id, expiresAt);
-    return toSnapshot({ ...snapshot, expiresAt });
   }
 }
 
