@@ -216,6 +216,34 @@ export async function writeManifest(
   return manifest;
 }
 
+/**
+ * Take the checksum, fingerprint and allocation of `location`'s disk again and rewrite its manifest atomically; the
+ * image files stay as sealed. For a disk this host verified and then mounted and unmounted without running the
+ * sandbox on it (a restore that failed): ext4 writes mount times and counts into its superblock on every mount.
+ * @throws CheckpointRejectedError when there is no manifest
+ */
+export async function resealDisk(location: StateLocation): Promise<CheckpointManifest> {
+  const manifest = await readManifest(location);
+  if (manifest === null) throw new CheckpointRejectedError(`no manifest at ${location.manifestPath}`);
+  const sha256 = await hashSparseFile(location.diskPath);
+  const diskStat = await stat(location.diskPath);
+  const print = await fingerprint(location.diskPath);
+  const resealed: CheckpointManifest = {
+    ...manifest,
+    disk: {
+      name: manifest.disk.name,
+      sizeBytes: diskStat.size,
+      sha256,
+      ...(print === null ? {} : { fingerprint: print }),
+    },
+    diskAllocatedBytes: diskStat.blocks * 512,
+  };
+  const tmp = `${location.manifestPath}.tmp`;
+  await writeFile(tmp, `${JSON.stringify(resealed, null, 2)}\n`);
+  await rename(tmp, location.manifestPath);
+  return resealed;
+}
+
 /** The manifest of `location`, or null when there is none (the state is incomplete). */
 export async function readManifest(location: StateLocation): Promise<CheckpointManifest | null> {
   const text = await readFile(location.manifestPath, 'utf8').catch(() => null);

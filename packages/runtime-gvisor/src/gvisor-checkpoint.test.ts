@@ -229,6 +229,41 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     expect((await ask(id))[0]).toBe(first + 1);
   });
 
+  it('a restore that fails leaves the image restorable: a retry resumes with memory and files', async () => {
+    // Found by a new user: one `runsc restore` failure (initFromOptions: bad file number, under load) mounted and
+    // unmounted the verified disk, which changed its bytes (ext4 mount times), so every retry was refused as
+    // "altered" and the sandbox's memory was lost. A runsc wrapper fails the first restore on purpose here.
+    const flakyDir = await mkdtemp(join(tmpdir(), 'burrow-flaky-restore-'));
+    const marker = join(flakyDir, 'fail-next-restore');
+    const wrapper = join(flakyDir, 'runsc');
+    await writeFile(
+      wrapper,
+      `#!/bin/sh\nfor a in "$@"; do\n  if [ "$a" = restore ] && rm "${marker}" 2>/dev/null; then echo 'injected restore failure' >&2; exit 128; fi\ndone\nexec runsc "$@"\n`,
+      { mode: 0o755 },
+    );
+    const flaky = new GvisorDriver({ dataDir: join(flakyDir, 'data'), maxProcesses: 256, runscPath: wrapper });
+    const id = testSandboxId();
+    try {
+      await flaky.create(options(id));
+      await writeFile(join(flaky.rootDir(id), 'root/kept'), 'kept\n');
+      await flaky.spawn(id, { argv: ['sleep', '1000'], env: { PATH: '/usr/bin:/bin' }, cwd: '/root' });
+      await flaky.pause(id);
+      await writeFile(marker, '');
+      await expect(flaky.resume(options(id))).rejects.toThrow(/restore failed/);
+      await flaky.resume(options(id));
+      expect((await flaky.observe(id)).status).toBe('running');
+      const run = await runInSandbox(flaky, id, [
+        'sh',
+        '-c',
+        'cat /root/kept; pgrep -x sleep >/dev/null && echo alive',
+      ]);
+      expect(run.stdout.toString()).toBe('kept\nalive\n');
+    } finally {
+      await flaky.delete(id).catch(() => undefined);
+      await rm(flakyDir, { recursive: true, force: true });
+    }
+  });
+
   it('stop ends processes and keeps the disk; create boots fresh on it', async () => {
     const id = await create();
     await startCounter(id);

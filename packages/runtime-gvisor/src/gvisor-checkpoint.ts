@@ -19,6 +19,7 @@ import {
   describeImage,
   type RuntimeIdentity,
   readManifest,
+  resealDisk,
   type StateLocation,
   verifyState,
   writeManifest,
@@ -246,7 +247,12 @@ export class GvisorCheckpointer {
     if (known || (await mountsUnder(paths.dir)).length > 0) await this.releaseContainer(sandboxId);
     timer.mark('releaseLeftovers');
     crashPoint('resume:before-restore');
-    await this.restoreInto(options, location.imageDir, timer);
+    try {
+      await this.restoreInto(options, location.imageDir, timer);
+    } catch (error) {
+      await this.resealAfterFailedRestore(sandboxId, location);
+      throw error;
+    }
     crashPoint('resume:after-restore');
     await dropSpentImage(paths);
     timer.mark('dropImage');
@@ -394,6 +400,21 @@ export class GvisorCheckpointer {
         () => false,
       );
       if (!imageStarted) await this.host.runsc.run(['resume', sandboxId]);
+    }
+  }
+
+  /**
+   * After a restore that failed and undid itself: the disk was verified just before and only mounted and unmounted
+   * since (ext4 rewrites its superblock's mount times), so its checksum is taken again and a retry can restore the
+   * image. Before, one failed `runsc restore` (initFromOptions: bad file number, seen under load) left the image
+   * refused as "altered" forever and the sandbox's memory lost. Skipped while anything of it is still mounted.
+   */
+  private async resealAfterFailedRestore(sandboxId: string, location: StateLocation): Promise<void> {
+    try {
+      if ((await mountsUnder(this.host.paths(sandboxId).dir)).length > 0) return;
+      await resealDisk(location);
+    } catch (error) {
+      this.host.warn({ sandboxId, err: error }, 'sealing the disk again after a failed restore failed');
     }
   }
 
