@@ -1,8 +1,15 @@
 import { lstat, mkdir, readdir, rmdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DiskChange, DiskInspection, InspectDiskOptions } from '@burrow/runtime';
-import { RuntimeError } from '@burrow/runtime';
+import { RuntimeError, UPLOAD_TEMP_DIR } from '@burrow/runtime';
+import { AGENT_GUEST_DIR } from './agent-binary.js';
 import { mountsUnder, mustRun, unmountAll } from './host-plumbing.js';
+
+/**
+ * Top-level entries that are Burrow's, not the sandbox's: the exec agent's mount point and the upload staging
+ * directory. Their bytes count as used; they are never listed as changes.
+ */
+const INTERNAL_PATHS: ReadonlySet<string> = new Set([AGENT_GUEST_DIR, UPLOAD_TEMP_DIR]);
 
 /** Most entries of the writable layer one inspection walks; past this the result is `truncated`. */
 const MAX_ENTRIES_WALKED = 1_000_000;
@@ -75,6 +82,7 @@ export async function inspectOverlayUpper(
   let usedBytes = 0;
 
   const record = (change: DiskChange): void => {
+    if (INTERNAL_PATHS.has(`/${change.path.split('/')[1] ?? ''}`)) return;
     counts[change.kind] += 1;
     if (changes.length < options.maxChanges) changes.push(change);
     else truncated = true;
