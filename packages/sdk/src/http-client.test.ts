@@ -1,0 +1,74 @@
+/**
+ * The Node.js request path of HttpClient (node:http for JSON and bodiless calls) against a FAKE node:http server:
+ * error envelopes, a stale kept-alive socket, refused connections. The real server is exercised by tests/e2e.
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { AuthenticationError, ConnectionError } from './errors.js';
+import { HttpClient } from './http-client.js';
+
+describe('HttpClient on Node (node:http path)', () => {
+  let server: Server;
+  let apiUrl = '';
+  /** Sockets that already carried one answered request. */
+  const used = new WeakSet<Socket>();
+  let resetsLeft = 0;
+  let requests = 0;
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      requests++;
+      if (req.url?.startsWith('/v1/stale') && resetsLeft > 0 && used.has(req.socket)) {
+        // As if the server had closed the idle socket just as the client reused it: nothing was answered.
+        resetsLeft--;
+        req.socket.resetAndDestroy();
+        return;
+      }
+      used.add(req.socket);
+      const chunks: Buffer[] = [];
+      req.on('data', (chunk: Buffer) => chunks.push(chunk));
+      req.on('end', () => {
+        if (req.url === '/v1/denied') {
+          res.writeHead(401, { 'content-type': 'application/json', 'x-request-id': 'req_1' });
+          res.end(JSON.stringify({ error: { code: 'unauthorized', message: 'unknown API key', requestId: 'req_1' } }));
+          return;
+        }
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ method: req.method, body: Buffer.concat(chunks).toString('utf8') }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  const Echo = z.object({ method: z.string(), body: z.string() });
+
+  it('sends JSON, maps error envelopes, and resends once on a kept-alive socket reset before any answer', async () => {
+    const http = new HttpClient({ apiUrl, apiKey: 'bk_test' });
+    expect(await http.json(Echo, 'POST', '/echo', { json: { a: 1 } })).toEqual({ method: 'POST', body: '{"a":1}' });
+    await expect(http.json(Echo, 'GET', '/denied')).rejects.toBeInstanceOf(AuthenticationError);
+    // The next call reuses the kept-alive socket (once the agent took it back); the server resets it unanswered.
+    await new Promise((resolve) => setImmediate(resolve));
+    resetsLeft = 1;
+    const before = requests;
+    expect(await http.json(Echo, 'POST', '/stale', { json: { b: 2 } })).toEqual({ method: 'POST', body: '{"b":2}' });
+    expect(resetsLeft).toBe(0);
+    expect(requests - before).toBe(2);
+  });
+
+  it('a server that cannot be reached is a ConnectionError naming the URL', async () => {
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(closed.address() as AddressInfo).port}`;
+    await new Promise((resolve) => closed.close(resolve));
+    const http = new HttpClient({ apiUrl: url, apiKey: 'bk_test' });
+    const error = await http.json(Echo, 'GET', '/echo').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConnectionError);
+    expect((error as Error).message).toContain(url);
+  });
+});
