@@ -103,6 +103,14 @@ export function runDriverConformance(name: string, makeDriver: () => Promise<Con
       expect(result).toMatchObject({ exitCode: 0, signal: null });
     });
 
+    it('resolves localhost and its own hostname to loopback (no network needed)', async () => {
+      // Found by a new user: the template has no /etc/hosts, so `localhost` did not resolve ("Temporary failure in
+      // name resolution") and a dev server on localhost could not be reached from inside the sandbox.
+      const result = await run(shared, ['sh', '-c', 'getent hosts localhost; getent hosts "$(hostname)"']);
+      expect(result.stdout.toString()).toMatch(/^(127\.0\.0\.1|::1)\s+localhost\b.*\n127\.0\.1\.1\s+shared\n$/);
+      expect(result.exitCode).toBe(0);
+    });
+
     it('reports exact exit codes, including ones above 128', async () => {
       expect((await run(shared, ['sh', '-c', 'exit 3'])).exitCode).toBe(3);
       expect(await run(shared, ['sh', '-c', 'exit 137'])).toMatchObject({ exitCode: 137, signal: null });
