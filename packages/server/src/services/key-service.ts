@@ -60,12 +60,14 @@ const AUTH_CACHE_MAX_ENTRIES = 1024;
 export class KeyService {
   /** Recent successful authentications by secret (never failed ones: an unknown secret is read every time). */
   private readonly authenticated = new Map<string, { principal: Principal; untilMs: number }>();
+  /** Revocations through this service so far: a read that overlapped one is not kept. */
+  private revocations = 0;
 
   constructor(private readonly deps: { keys: KeyStore; clock: Clock; logger: Logger }) {}
 
   /**
-   * The principal whose secret is `secret`. A success is reused for {@link AUTH_CACHE_TTL_MS} (a request hashed
-   * the secret and read its key every time: about a third of the server's own time per exec).
+   * The principal whose secret is `secret`. A success is reused for {@link AUTH_CACHE_TTL_MS} (hashing the secret
+   * and reading its key took 0.6–1.7 ms p50 of every request on a loaded 2-core host).
    * @throws ApiError `unauthorized` for an unknown or revoked secret
    */
   async authenticate(secret: string): Promise<Principal> {
@@ -73,6 +75,7 @@ export class KeyService {
     const cached = this.authenticated.get(secret);
     if (cached !== undefined && cached.untilMs > nowMs) return cached.principal;
     this.authenticated.delete(secret);
+    const revocations = this.revocations;
     const record = await this.deps.keys.findBySecretHash(hashSecret(secret));
     if (record === null || record.revokedAt !== null) {
       throw new ApiError(ErrorCode.unauthorized, record === null ? 'unknown API key' : 'this API key is revoked', {
@@ -80,6 +83,7 @@ export class KeyService {
       });
     }
     const principal: Principal = { keyId: record.id, tenantId: record.tenantId, role: record.role };
+    if (revocations !== this.revocations) return principal;
     this.authenticated.set(secret, { principal, untilMs: nowMs + AUTH_CACHE_TTL_MS });
     if (this.authenticated.size > AUTH_CACHE_MAX_ENTRIES) {
       this.authenticated.delete(this.authenticated.keys().next().value as string);
@@ -117,6 +121,7 @@ export class KeyService {
       throw new ApiError(ErrorCode.keyNotFound, `no API key ${id}`, { hint: 'list keys with GET /v1/keys' });
     }
     await this.deps.keys.revoke(id, isoNow(this.deps.clock));
+    this.revocations++;
     for (const [secret, entry] of this.authenticated) {
       if (entry.principal.keyId === id) this.authenticated.delete(secret);
     }
