@@ -139,6 +139,20 @@ describe('SandboxFs basics', () => {
     expect(await codeOf(fs.remove('/'))).toBe('invalid_path');
     expect(await codeOf(fs.rename('/home', '/home/inside'))).toBe('invalid_path');
   });
+
+  it('refuses /proc, /sys and /dev (the sandbox kernel serves them, not its disk), also through .. and symlinks', async () => {
+    await mkdir(join(root, 'dev'));
+    await symlink('../proc/self/mounts', join(root, 'home', 'mtab'));
+    for (const path of ['/proc/cpuinfo', '/dev/null', '/sys', '/home/../dev/x', '/home/mtab/x']) {
+      expect(await codeOf(fs.stat(path))).toBe('invalid_path');
+    }
+    expect(await codeOf(fs.write('/dev/null', Buffer.from('x')))).toBe('invalid_path');
+    expect(await codeOf(fs.mkdir('/proc/x'))).toBe('invalid_path');
+    await expect(fs.stat('/dev')).rejects.toThrow(/virtual filesystem of its kernel.*exec/);
+    // Names that only start like them are ordinary.
+    await fs.write('/devices/x', Buffer.from('x'));
+    expect((await readAll('/devices/x')).toString()).toBe('x');
+  });
 });
 
 describe('SandboxFs confinement', () => {

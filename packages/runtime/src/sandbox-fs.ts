@@ -356,6 +356,13 @@ export class SandboxFs {
           if (stack.length > 1) stack.pop();
           continue;
         }
+        if (stack.length === 1 && VIRTUAL_ROOT_DIRS.has(name)) {
+          throw new FsError(
+            'invalid_path',
+            `/${name} in a sandbox is a virtual filesystem of its kernel, not on its disk, so the files API cannot ` +
+              `reach ${path}; read or write it with a command (exec), e.g. cat /${name}/...`,
+          );
+        }
         const last = queue.every((c) => c === '' || c === '.');
         if (last && !opts.followFinal) return { dir: top().handle, name, path: here(name), held };
         const childPath = `/proc/self/fd/${top().handle.fd}/${name}`;
@@ -466,6 +473,12 @@ export function statOf(r: Resolved): Promise<Stats> {
 export function at(r: Resolved): string {
   return r.name === null ? `/proc/self/fd/${r.dir.fd}` : `/proc/self/fd/${r.dir.fd}/${r.name}`;
 }
+
+/**
+ * Top-level directories that gVisor serves from its own kernel inside a sandbox (procfs, sysfs, its /dev tmpfs):
+ * what the host's copy of the root holds there is never what the sandbox sees, so files calls refuse them.
+ */
+const VIRTUAL_ROOT_DIRS: ReadonlySet<string> = new Set(['proc', 'sys', 'dev']);
 
 /** Split and check an absolute sandbox path. @throws FsError invalid_path */
 function checkPath(path: string): string[] {
