@@ -3,7 +3,7 @@ import { type FileHandle, lstat, open } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /** Host names that go into /etc/hosts as they are (anything else is left out). */
-const HOSTNAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$/;
+export const HOSTNAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$/;
 
 /**
  * The /etc/hosts of a sandbox named `hostname`: loopback for `localhost` and for its own name (sandboxes have no

@@ -24,6 +24,7 @@ import {
   verifyState,
   writeManifest,
 } from './checkpoint-files.js';
+import { HOSTNAME_PATTERN } from './guest-hosts-file.js';
 import {
   detachLoopDevices,
   loopDevicesUnder,
@@ -452,9 +453,18 @@ export class GvisorCheckpointer {
     }
   }
 
-  /** Give a restored child its own hostname (the UTS namespace is part of the image). */
+  /**
+   * Give a restored child its own hostname (the UTS namespace is part of the image), and its /etc/hosts line for
+   * 127.0.1.1 (Debian's line for the machine's own name; the disk copy still named the parent) when there is one.
+   */
   private async setHostname(sandboxId: string, hostname: string): Promise<void> {
-    const result = await this.host.runsc.run(['exec', '--cap', 'CAP_SYS_ADMIN', sandboxId, 'hostname', hostname]);
+    const script =
+      'hostname "$1" || exit 1; f=/etc/hosts; ' +
+      'if [ -f "$f" ] && [ ! -L "$f" ] && grep -q "^127\\.0\\.1\\.1[[:space:]]" "$f"; then ' +
+      'sed -i "s/^127\\.0\\.1\\.1[[:space:]].*/127.0.1.1\t$1/" "$f"; fi';
+    // Only names a hosts file and sed's replacement take as they are (ours are `sbx-...`).
+    const argv = HOSTNAME_PATTERN.test(hostname) ? ['/bin/sh', '-c', script, 'sh', hostname] : ['hostname', hostname];
+    const result = await this.host.runsc.run(['exec', '--cap', 'CAP_SYS_ADMIN', sandboxId, ...argv]);
     if (result.exitCode !== 0) {
       this.host.warn({ sandboxId, stderr: tail(result.stderr, 5) }, 'setting the hostname of a fork failed');
     }
