@@ -264,6 +264,43 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     }
   });
 
+  it('settle releases a container a crash left between runsc create and start, never one of a create under way', async () => {
+    // Chaos seed 1557491096: a server killed 182 ms into a start left the container `created`; the restarted server
+    // saw it as running and nothing ever started it. A wrapper holds `runsc start` here, as the crash did.
+    const dir = await mkdtemp(join(tmpdir(), 'burrow-held-start-'));
+    const wrapper = join(dir, 'runsc');
+    const holdPid = join(dir, 'hold.pid');
+    await writeFile(
+      wrapper,
+      `#!/bin/sh\nfor a in "$@"; do\n  if [ "$a" = start ]; then echo $$ > "${holdPid}"; exec sleep 600; fi\ndone\nexec runsc "$@"\n`,
+      { mode: 0o755 },
+    );
+    const dataDir2 = join(dir, 'data');
+    const first = new GvisorDriver({ dataDir: dataDir2, maxProcesses: 256, runscPath: wrapper, execAgent: false });
+    const id = testSandboxId();
+    const creating = first.create(options(id)).catch((error: unknown) => error);
+    try {
+      while (!(await readFile(holdPid, 'utf8').catch(() => ''))) await new Promise((r) => setTimeout(r, 50));
+      await first.settle(id); // its own create is under way: left alone
+      expect((await first.observe(id)).status).toBe('running');
+      await new Promise((r) => setTimeout(r, 20));
+      const restarted = new GvisorDriver({ dataDir: dataDir2, maxProcesses: 256, execAgent: false });
+      await restarted.settle(id);
+      expect((await restarted.observe(id)).status).toBe('stopped');
+      await restarted.create(options(id));
+      expect(await runInSandbox(restarted, id, ['true'])).toMatchObject({ exitCode: 0 });
+      await restarted.delete(id);
+      await restarted.close();
+    } finally {
+      const pid = Number(await readFile(holdPid, 'utf8').catch(() => '0'));
+      if (pid > 0) process.kill(pid, 'SIGKILL');
+      await creating;
+      await first.delete(id).catch(() => undefined);
+      await first.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('stop ends processes and keeps the disk; create boots fresh on it', async () => {
     const id = await create();
     await startCounter(id);

@@ -145,6 +145,8 @@ export class GvisorCheckpointer {
   private runtimeIdentity: RuntimeIdentity | null = null;
   /** Container teardowns still finishing after a pause (runsc waits for the dead sentry to be reaped). */
   private readonly releasing = new Map<string, Promise<void>>();
+  /** When this checkpointer (and its driver) came up, ms since the epoch: older runsc records are a crash's. */
+  private readonly startedAtMs = Date.now();
 
   constructor(private readonly host: CheckpointHost) {}
 
@@ -394,6 +396,14 @@ export class GvisorCheckpointer {
       await this.releaseContainer(sandboxId);
       return;
     }
+    if (paused === null && state?.status === 'created' && (await this.recordedBeforeStart(sandboxId))) {
+      // `runsc create` done, `runsc start` not: a crash in between (chaos seed 1557491096: a start killed 182 ms
+      // in). Nothing ran in it; released, the sandbox shows stopped and its start is done again from there. Only
+      // records older than this process: a create of this process may be between the two steps right now.
+      if (state.pid > 0) await killAndWait(state.pid);
+      await this.releaseContainer(sandboxId);
+      return;
+    }
     if (paused === null && state?.status === 'paused') {
       // Held still by a fork or snapshot that a crash interrupted (a pause would have left an image or killed it).
       const imageStarted = await stat(paths.checkpointDir).then(
@@ -503,6 +513,13 @@ export class GvisorCheckpointer {
       return;
     }
     await teardown;
+  }
+
+  /** Whether runsc last wrote the container's record before this process came up. */
+  private async recordedBeforeStart(sandboxId: string): Promise<boolean> {
+    const file = join(this.host.runsc.stateDir, `${sandboxId}_sandbox:${sandboxId}.state`);
+    const st = await stat(file).catch(() => null);
+    return st !== null && st.mtimeMs < this.startedAtMs;
   }
 
   /** Whether runsc has a state file for the container (a stat, where `runsc state` costs 50-150 ms here). */

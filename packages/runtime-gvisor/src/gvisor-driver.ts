@@ -461,11 +461,8 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   /**
-   * Stop listening for exec agents and drop their connections: an agent still connected to this driver's socket
-   * would hold a host socket open in its sandbox, which a later checkpoint by the next driver cannot save.
-   */
-  /**
-   * Close the agent connections and remove this instance's cgroup parent `burrow/<hash>` where it is empty (no
+   * Close the agent connections (an agent still connected to this driver's socket would hold a host socket open in
+   * its sandbox, which a later checkpoint by the next driver cannot save) and remove this instance's cgroup parent `burrow/<hash>` where it is empty (no
    * sandbox cgroup left under it: sandboxes still running keep it), with its owner record once it is gone.
    */
   async close(): Promise<void> {
