@@ -8,6 +8,7 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { ActorContext } from '../lifecycle/actor-context.js';
 import { EventService } from '../services/event-service.js';
+import { testSandboxRecord } from '../testing/store-records.js';
 import { testDatabases } from '../testing/test-databases.js';
 import { EventStore } from './event-store.js';
 import type { InTransaction } from './in-transaction.js';
@@ -18,30 +19,7 @@ import { openStore, type Store } from './store.js';
 const NOW = '2026-11-29T08:00:00.000Z';
 
 function sandbox(id: string): SandboxRecord {
-  return {
-    id,
-    tenantId: 't1',
-    template: 'base',
-    templateId: 'tid',
-    state: 'running',
-    conditions: [],
-    env: {},
-    labels: {},
-    cwd: '/root',
-    hostname: id,
-    cpuCount: 1,
-    memoryMiB: 256,
-    diskMiB: 100,
-    timeoutMs: null,
-    expiresAt: null,
-    createdAt: NOW,
-    updatedAt: NOW,
-    version: 1,
-    desiredState: 'running',
-    autoResume: true,
-    parentId: null,
-    snapshotId: null,
-  };
+  return testSandboxRecord(id);
 }
 
 function snapshot(id: string, sandboxId: string): SnapshotRecord {

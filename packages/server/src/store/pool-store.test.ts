@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { testSandboxRecord } from '../testing/store-records.js';
 import { testDatabases } from '../testing/test-databases.js';
 import { POOL_TENANT, type PoolClaim, type PoolSpec } from './pool-store.js';
 import type { SandboxRecord } from './sandbox-store.js';
@@ -11,31 +12,16 @@ const CALLERS = 40;
 const spec: PoolSpec = { templateId: 'tid-pool', cpuCount: 1, memoryMiB: 512, diskMiB: 2048 };
 
 function poolRow(id: string, state: SandboxRecord['state'] = 'running'): SandboxRecord {
-  const at = '2026-01-01T00:00:00.000Z';
-  return {
-    id,
+  return testSandboxRecord(id, {
     tenantId: POOL_TENANT,
-    template: 'base',
     templateId: spec.templateId,
     state,
-    conditions: [],
-    env: {},
-    labels: {},
-    cwd: '/root',
     hostname: id.replace('_', '-'),
     cpuCount: spec.cpuCount,
     memoryMiB: spec.memoryMiB,
     diskMiB: spec.diskMiB,
-    timeoutMs: null,
-    expiresAt: null,
-    createdAt: at,
-    updatedAt: at,
-    version: 1,
-    desiredState: 'running',
-    autoResume: true,
-    parentId: null,
-    snapshotId: null,
-  };
+    createdAt: '2026-01-01T00:00:00.000Z',
+  });
 }
 
 function claimFor(tenantId: string, n: number): PoolClaim {

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { testSandboxRecord } from '../testing/store-records.js';
 import { testDatabases } from '../testing/test-databases.js';
 import { type QuotaDenial, QuotaExceededError, quotaDenial, UNLIMITED } from './quota-store.js';
 import type { SandboxRecord } from './sandbox-store.js';
@@ -7,30 +8,7 @@ import { openStore, type Store } from './store.js';
 const NOW = '2026-11-29T08:00:00.000Z';
 
 function record(id: string, tenantId: string, diskMiB = 100): SandboxRecord {
-  return {
-    id,
-    tenantId,
-    template: 'base',
-    templateId: 'tid',
-    state: 'creating',
-    conditions: [],
-    env: {},
-    labels: {},
-    cwd: '/root',
-    hostname: id,
-    cpuCount: 1,
-    memoryMiB: 256,
-    diskMiB,
-    timeoutMs: null,
-    expiresAt: null,
-    createdAt: NOW,
-    updatedAt: NOW,
-    version: 1,
-    desiredState: 'running',
-    autoResume: true,
-    parentId: null,
-    snapshotId: null,
-  };
+  return testSandboxRecord(id, { tenantId, diskMiB, state: 'creating' });
 }
 
 describe('quotaDenial (pure)', () => {
