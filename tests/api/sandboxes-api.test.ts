@@ -261,6 +261,19 @@ describe('sandboxes', () => {
       400,
       'invalid_request',
     );
+    // A misspelt or unknown query parameter is refused (it used to be ignored: this listed every sandbox).
+    const typo = expectError(
+      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes?lable=suite=page', headers: h.admin }),
+      400,
+      'invalid_request',
+    );
+    expect(typo.error.message).toContain("'lable'");
+    expect(typo.error.hint).toContain('label');
+    expectError(
+      await h.burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${made[0]}?verbose=1`, headers: h.admin }),
+      400,
+      'invalid_request',
+    );
     for (const id of made)
       await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: h.admin });
   });

@@ -25,6 +25,7 @@ import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
 import { bearerSecret } from './principal.js';
+import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
 import type { ZodApp } from './zod-app.js';
@@ -107,6 +108,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     request.principal = await services.keys.authenticate(secret);
   });
   registerQuarantineGuard(app, services);
+  registerUnknownQueryGuard(app);
 
   app.setErrorHandler(async (error, request, reply) => {
     const mapped = mapError(error, request.id);
