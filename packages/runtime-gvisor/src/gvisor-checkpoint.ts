@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { link, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import {
   type CheckpointInfo,
@@ -132,8 +133,11 @@ function shellQuote(value: string): string {
   return `'${value.replace(/'/g, `'\\''`)}'`;
 }
 
-/** Most children restored at once by a fork: restores are CPU-bound in runsc. */
-const FORK_CONCURRENCY = 4;
+/**
+ * Most children restored at once by a fork: restores are CPU-bound in runsc, so one per core (at least 2: a
+ * child's copy, mount and hostname exec wait on I/O and processes, not on the CPU).
+ */
+const FORK_CONCURRENCY = Math.max(2, availableParallelism());
 
 /**
  * Pause, resume, stop, fork and snapshots on gVisor. The measured recipe (docs/adr/0002): `runsc pause` →
@@ -218,8 +222,7 @@ export class GvisorCheckpointer {
     await killAndWait(state.pid);
     timer.mark('kill');
     crashPoint('pause:after-kill');
-    await this.releaseContainer(sandboxId, { wait: false });
-    timer.mark('unmountAndReleaseDisk');
+    await this.releaseContainer(sandboxId, { wait: false, timer });
     const hashes = await imageHashes;
     timer.mark('hashImageRest');
     const sealed = await this.sealAt(sandboxId, location, true, hashes);
@@ -270,12 +273,7 @@ export class GvisorCheckpointer {
     await rm(paths.checkpointDir, { recursive: true, force: true });
   }
 
-  /** @param operation names the crash points passed on the way (`snapshot:after-checkpoint`, `fork:…`) */
-  async snapshot(
-    sandboxId: string,
-    options: SnapshotOptions,
-    operation: 'snapshot' | 'fork' = 'snapshot',
-  ): Promise<CheckpointInfo> {
+  async snapshot(sandboxId: string, options: SnapshotOptions): Promise<CheckpointInfo> {
     const target = snapshotLocation(options.targetDir);
     const paths = this.host.paths(sandboxId);
     await mkdir(options.targetDir, { recursive: true });
@@ -300,7 +298,7 @@ export class GvisorCheckpointer {
         if (options.memory) {
           await mkdir(target.imageDir, { recursive: true });
           await this.checkpoint(sandboxId, target.imageDir);
-          crashPoint(`${operation}:after-checkpoint`);
+          crashPoint('snapshot:after-checkpoint');
         }
         await flushDisk(paths.rootfs, paths.diskDir);
         await copySparse(paths.image, target.diskPath);
@@ -312,9 +310,18 @@ export class GvisorCheckpointer {
     }
   }
 
-  async createFromSnapshot(options: CreateFromSnapshotOptions, verified = false): Promise<void> {
+  async createFromSnapshot(options: CreateFromSnapshotOptions): Promise<void> {
     const source = snapshotLocation(options.sourceDir);
-    if (!verified) await verifyState(source, { runtime: await this.runtime(), memory: options.memory });
+    await verifyState(source, { runtime: await this.runtime(), memory: options.memory });
+    await this.createFrom(source, options);
+  }
+
+  /** {@link createFromSnapshot} from a state `source` the caller verified (or made itself, just now). */
+  private async createFrom(
+    source: StateLocation,
+    options: Omit<CreateFromSnapshotOptions, 'sourceDir'>,
+    timer?: StepTimer,
+  ): Promise<void> {
     const paths = this.host.paths(options.sandboxId);
     if ((await this.host.runsc.state(options.sandboxId))?.status === 'running') return;
     const made: UndoList = [];
@@ -327,9 +334,11 @@ export class GvisorCheckpointer {
       await mkdir(paths.dir, { recursive: true });
       await rm(paths.image, { force: true });
       await copySparse(source.diskPath, paths.image);
+      timer?.mark('copyDisk');
       if (options.memory) {
-        await this.restoreInto(options, source.imageDir);
+        await this.restoreInto(options, source.imageDir, timer);
         await this.setHostname(options.sandboxId, options.hostname);
+        timer?.mark('hostname');
       } else {
         await this.host.create(options);
       }
@@ -339,40 +348,115 @@ export class GvisorCheckpointer {
     }
   }
 
+  /**
+   * Fork: one fork point, then one restore per child on its own copy of the disk, {@link FORK_CONCURRENCY} at a
+   * time. A running parent is held still only for its checkpoint and the copy of its disk (`fork-<tag>/`, removed
+   * after; its `runsc resume` runs while the children are restored). A paused parent is forked from its pause image
+   * and disk in place, verified once for the whole fork (fingerprints, else checksums) and never written.
+   * A fork point made in this call is restored at once and not checksummed: nothing but this call reads it, and a
+   * crash removes it (`settle`).
+   */
   async fork(sandboxId: string, options: ForkOptions): Promise<void> {
     const paths = this.host.paths(sandboxId);
-    const tag = randomBytes(6).toString('hex');
-    const pointDir = join(paths.dir, `fork-${tag}`);
+    const pointDir = join(paths.dir, `fork-${randomBytes(6).toString('hex')}`);
     const created: string[] = [];
+    const timer = new StepTimer();
+    const childSteps: Array<Record<string, number>> = [];
+    let parentContinues: Promise<void> = Promise.resolve();
     try {
-      await this.snapshot(sandboxId, { targetDir: pointDir, memory: true }, 'fork');
+      const point = await this.forkPoint(sandboxId, pointDir, timer);
+      parentContinues = point.parentContinues;
       const queue = [...options.children];
       const worker = async (): Promise<void> => {
         for (let child = queue.shift(); child !== undefined; child = queue.shift()) {
           if (options.signal?.aborted) throw abortError(options.signal);
           created.push(child.sandboxId);
-          await this.createFromSnapshot(
-            {
-              sandboxId: child.sandboxId,
-              hostname: child.hostname,
-              template: options.template,
-              resources: options.resources,
-              sourceDir: pointDir,
-              memory: true,
-            },
-            true,
-          );
+          const childTimer = new StepTimer();
+          const childOptions = {
+            sandboxId: child.sandboxId,
+            hostname: child.hostname,
+            template: options.template,
+            resources: options.resources,
+            memory: true,
+          };
+          await this.createFrom(point.source, childOptions, childTimer);
+          childSteps.push({ totalMs: childTimer.totalMs(), ...childTimer.stepsMs });
           crashPoint('fork:after-first-child');
         }
       };
       await Promise.all(Array.from({ length: Math.min(FORK_CONCURRENCY, options.children.length) }, worker));
+      timer.mark('children');
+      await parentContinues;
+      timer.mark('parentContinued');
       crashPoint('fork:after-children');
     } catch (error) {
+      await parentContinues;
       for (const id of created) await this.host.delete(id).catch(() => undefined);
       throw error;
     } finally {
-      await rm(pointDir, { recursive: true, force: true });
+      await dropAside(pointDir, paths.dir);
+      timer.mark('removePoint');
+      this.host.info?.(
+        { sandboxId, count: options.children.length, totalMs: timer.totalMs(), stepsMs: timer.stepsMs, childSteps },
+        'fork steps',
+      );
     }
+  }
+
+  /**
+   * Where a fork's children are restored from. Paused parent: its pause image and disk, verified here. Running
+   * parent: held still, checkpointed into `pointDir` with a copy of its disk, then let continue (`parentContinues`,
+   * which never rejects: a failed `runsc resume` is logged, as before).
+   * @throws CheckpointRejectedError when a paused parent's image or disk does not match its manifest
+   */
+  private async forkPoint(
+    sandboxId: string,
+    pointDir: string,
+    timer: StepTimer,
+  ): Promise<{ source: StateLocation; parentContinues: Promise<void> }> {
+    const paths = this.host.paths(sandboxId);
+    const pauseLocation = this.pauseLocation(sandboxId);
+    if ((await readManifest(pauseLocation)) !== null) {
+      await verifyState(pauseLocation, {
+        runtime: await this.runtime(),
+        memory: true,
+        sandboxId,
+        trustFingerprints: true,
+      });
+      timer.mark('verifyPauseImage');
+      return { source: pauseLocation, parentContinues: Promise.resolve() };
+    }
+    const state = await this.host.runsc.state(sandboxId);
+    if (state === null || (state.status !== 'running' && state.status !== 'paused')) {
+      throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'}; only a running sandbox forks`);
+    }
+    timer.mark('state');
+    const source = snapshotLocation(pointDir);
+    await mkdir(source.imageDir, { recursive: true });
+    if (state.status === 'running') await this.mustRunsc(['pause', sandboxId], 'pause');
+    timer.mark('holdStill');
+    try {
+      await this.checkpoint(sandboxId, source.imageDir);
+      timer.mark('checkpoint');
+      crashPoint('fork:after-checkpoint');
+      await flushDisk(paths.rootfs, paths.diskDir);
+      timer.mark('syncDisk');
+      await copySparse(paths.image, source.diskPath);
+      timer.mark('copyDisk');
+    } catch (error) {
+      await this.letContinue(sandboxId);
+      throw error;
+    }
+    return { source, parentContinues: this.letContinue(sandboxId) };
+  }
+
+  /** `runsc resume` of a container held still; a failure is logged (the sandbox stays held still). */
+  private async letContinue(sandboxId: string): Promise<void> {
+    const resumed = await this.host.runsc.run(['resume', sandboxId]).catch((error: unknown) => ({
+      exitCode: null,
+      stderr: String(error),
+    }));
+    if (resumed.exitCode !== 0) this.host.warn({ sandboxId, stderr: resumed.stderr }, 'runsc resume failed');
   }
 
   async settle(sandboxId: string): Promise<void> {
@@ -486,19 +570,24 @@ export class GvisorCheckpointer {
     try {
       await step();
     } finally {
-      const resumed = await this.host.runsc.run(['resume', sandboxId]);
-      if (resumed.exitCode !== 0) this.host.warn({ sandboxId, stderr: resumed.stderr }, 'runsc resume failed');
+      await this.letContinue(sandboxId);
     }
   }
 
   /** Unmount (freezing the disk), then drop the container and cgroups; with `wait: false` the runsc teardown finishes in the background. */
-  private async releaseContainer(sandboxId: string, options: { wait?: boolean } = {}): Promise<void> {
+  private async releaseContainer(
+    sandboxId: string,
+    options: { wait?: boolean; timer?: StepTimer } = {},
+  ): Promise<void> {
     const paths = this.host.paths(sandboxId);
     const pending = this.releasing.get(sandboxId);
     if (pending) await pending;
     await unmountStrict(paths.rootfs);
+    options.timer?.mark('unmountOverlay');
     await unmountStrict(paths.diskDir);
+    options.timer?.mark('unmountDisk');
     await waitForDiskRelease(paths.dir);
+    options.timer?.mark('waitDiskRelease');
     const teardown = (async () => {
       if ((await this.containerKnown(sandboxId)) && !(await this.host.runsc.forgetExited(sandboxId))) {
         await this.host.runsc.run(['delete', '-force', sandboxId]);
@@ -623,9 +712,18 @@ const SPENT_PREFIX = 'spent-';
  * that `settle` removes.
  */
 async function dropSpentImage(paths: { dir: string; checkpointDir: string }): Promise<void> {
-  const spent = join(paths.dir, `${SPENT_PREFIX}${randomBytes(6).toString('hex')}`);
+  await dropAside(paths.checkpointDir, paths.dir);
+}
+
+/**
+ * Rename `path` to a `spent-*` name in `sandboxDir` (at once) and delete it in the background (a fork point's
+ * removal took 5–280 ms of a loaded fork). A crash before the delete ends leaves it for `settle`; a missing `path`
+ * is fine.
+ */
+async function dropAside(path: string, sandboxDir: string): Promise<void> {
+  const spent = join(sandboxDir, `${SPENT_PREFIX}${randomBytes(6).toString('hex')}`);
   try {
-    await rename(paths.checkpointDir, spent);
+    await rename(path, spent);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
     throw error;

@@ -223,7 +223,9 @@ export class GvisorDriver implements RuntimeDriver {
    * them and ends its running commands, as a restore would), then listen again if the sandbox still runs.
    */
   private async withAgentQuiesced<T>(sandboxId: string, step: () => Promise<T>): Promise<T> {
+    const startedMs = performance.now();
     await this.agents.quiesce(sandboxId);
+    const quiesceMs = Math.round(performance.now() - startedMs);
     try {
       try {
         return await step();
@@ -235,8 +237,13 @@ export class GvisorDriver implements RuntimeDriver {
         return await step();
       }
     } finally {
+      const stepEndMs = performance.now();
       const state = await this.runsc.state(sandboxId).catch(() => null);
       if (state?.status === 'running') await this.listenForAgent(sandboxId).catch(() => undefined);
+      this.logger?.info(
+        { sandboxId, quiesceMs, relistenMs: Math.round(performance.now() - stepEndMs) },
+        'agent quiesce steps',
+      );
     }
   }
 
