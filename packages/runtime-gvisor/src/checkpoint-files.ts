@@ -13,7 +13,7 @@ export const MANIFEST_FORMAT = 'burrow-checkpoint/1';
 export interface ManifestFile {
   name: string;
   sizeBytes: number;
-  /** SHA-256 (hex) of the content. */
+  /** SHA-256 (hex) of the content; `''` while the manifest's {@link CheckpointManifest.checksumsPending} is set. */
   sha256: string;
   /**
    * Identity of the file on this host when the manifest was sealed (absent in manifests from before it existed).
@@ -70,6 +70,12 @@ export interface CheckpointManifest {
   disk: ManifestFile;
   /** Bytes the disk occupies on the host. */
   diskAllocatedBytes: number;
+  /**
+   * Set on a pause image sealed with fingerprints only (its checksums are taken in the background after the pause
+   * answered, see {@link completeChecksums}); absent once every `sha256` is filled in. Until then only the
+   * fingerprint check of {@link verifyState} can accept it.
+   */
+  checksumsPending?: true;
 }
 
 /** Where the parts of one saved state live. */
@@ -88,10 +94,13 @@ export interface RuntimeIdentity {
   platform: string;
 }
 
-/** SHA-256 of a whole file, streamed. */
-export async function hashFile(path: string): Promise<string> {
+/** SHA-256 of a whole file, streamed. @throws the signal's reason once `signal` is aborted (checked per MiB) */
+export async function hashFile(path: string, signal?: AbortSignal): Promise<string> {
   const hash = createHash('sha256');
-  for await (const chunk of createReadStream(path, { highWaterMark: 1 << 20 })) hash.update(chunk as Buffer);
+  for await (const chunk of createReadStream(path, { highWaterMark: 1 << 20 })) {
+    signal?.throwIfAborted();
+    hash.update(chunk as Buffer);
+  }
   return hash.digest('hex');
 }
 
@@ -105,7 +114,7 @@ const ZERO_BLOCK = Buffer.alloc(HASH_BLOCK_BYTES);
  * a 2 GiB disk holding a few MiB hashes in milliseconds; holes, unwritten extents and zero blocks all hash the
  * same, so a sparse copy hashes like its original. Without FIEMAP the whole file is read.
  */
-export async function hashSparseFile(path: string): Promise<string> {
+export async function hashSparseFile(path: string, signal?: AbortSignal): Promise<string> {
   const size = (await stat(path)).size;
   const extents = (await dataExtents(path)) ?? [[0, size] as [number, number]];
   const hash = createHash('sha256');
@@ -119,6 +128,7 @@ export async function hashSparseFile(path: string): Promise<string> {
       const first = Math.floor(start / HASH_BLOCK_BYTES) * HASH_BLOCK_BYTES;
       const end = Math.min(size, start + length);
       for (let at = first; at < end; at += chunk.length) {
+        signal?.throwIfAborted();
         const { bytesRead } = await handle.read(chunk, 0, Math.min(chunk.length, end - at), at);
         for (let offset = 0; offset < bytesRead; offset += HASH_BLOCK_BYTES) {
           const block = chunk.subarray(offset, Math.min(bytesRead, offset + HASH_BLOCK_BYTES));
@@ -185,15 +195,38 @@ export async function describeImage(imageDir: string): Promise<ManifestFile[]> {
   return files;
 }
 
-/** Checksum the disk and image of `location` and write its manifest atomically. */
+/** Sizes of every file of an image directory, checksums left empty (`''`) for {@link completeChecksums}. */
+async function listImage(imageDir: string): Promise<ManifestFile[]> {
+  const files: ManifestFile[] = [];
+  for (const name of (await readdir(imageDir)).sort()) {
+    const st = await stat(join(imageDir, name));
+    if (st.isFile()) files.push({ name, sizeBytes: st.size, sha256: '' });
+  }
+  return files;
+}
+
+/**
+ * Checksum the disk and image of `location` and write its manifest atomically. With `deferChecksums` (a pause
+ * image only) nothing is hashed: the manifest gets fingerprints, empty checksums and `checksumsPending`, and
+ * {@link completeChecksums} fills them in later.
+ */
 export async function writeManifest(
   location: StateLocation,
-  options: { sandboxId: string; runtime: RuntimeIdentity; memory: boolean; image?: ManifestFile[] },
+  options: {
+    sandboxId: string;
+    runtime: RuntimeIdentity;
+    memory: boolean;
+    image?: ManifestFile[];
+    deferChecksums?: boolean;
+  },
 ): Promise<CheckpointManifest> {
   const diskStat = await stat(location.diskPath);
+  const defer = options.deferChecksums === true;
   const [image, diskSha] = await Promise.all([
-    options.memory ? (options.image ?? describeImage(location.imageDir)) : Promise.resolve([]),
-    hashSparseFile(location.diskPath),
+    options.memory
+      ? (options.image ?? (defer ? listImage(location.imageDir) : describeImage(location.imageDir)))
+      : Promise.resolve([]),
+    defer ? Promise.resolve('') : hashSparseFile(location.diskPath),
   ]);
   // Fingerprints are taken after the hashes: the files are final by now (the caller froze them).
   const withPrints = async (file: ManifestFile, path: string): Promise<ManifestFile> => {
@@ -209,11 +242,48 @@ export async function writeManifest(
     image: await Promise.all(image.map((f) => withPrints(f, join(location.imageDir, f.name)))),
     disk: await withPrints({ name: 'disk.img', sizeBytes: diskStat.size, sha256: diskSha }, location.diskPath),
     diskAllocatedBytes: diskStat.blocks * 512,
+    ...(defer ? { checksumsPending: true as const } : {}),
   };
+  await replaceManifest(location, manifest);
+  return manifest;
+}
+
+async function replaceManifest(location: StateLocation, manifest: CheckpointManifest): Promise<void> {
   const tmp = `${location.manifestPath}.tmp`;
   await writeFile(tmp, `${JSON.stringify(manifest, null, 2)}\n`);
   await rename(tmp, location.manifestPath);
-  return manifest;
+}
+
+/**
+ * Fill in the checksums of a manifest sealed with `checksumsPending`: each file (image files, then the disk) is
+ * hashed only if it still has its sealed fingerprint, before and after the hash, so a checksum is always of the
+ * bytes the pause sealed. Rewrites the manifest atomically. The caller makes sure nothing else writes the manifest
+ * meanwhile (the checkpointer aborts and awaits this before any other step on the sandbox).
+ * @returns `done` (or nothing was pending), or `changed` when a file changed since the seal: the checksums stay
+ *   pending, and the image can then never be verified by checksum (it is refused unless its fingerprints match)
+ * @throws the signal's reason when aborted (the manifest is left as it was)
+ */
+export async function completeChecksums(location: StateLocation, signal?: AbortSignal): Promise<'done' | 'changed'> {
+  const manifest = await readManifest(location);
+  if (manifest === null || manifest.checksumsPending !== true) return 'done';
+  const hashed = async (file: ManifestFile, path: string, sparse: boolean): Promise<ManifestFile | null> => {
+    if (!sameFingerprint(file.fingerprint, await fingerprint(path))) return null;
+    const sha256 = sparse ? await hashSparseFile(path, signal) : await hashFile(path, signal);
+    if (!sameFingerprint(file.fingerprint, await fingerprint(path))) return null;
+    return { ...file, sha256 };
+  };
+  const image: ManifestFile[] = [];
+  for (const file of manifest.image) {
+    const done = await hashed(file, join(location.imageDir, file.name), false);
+    if (done === null) return 'changed';
+    image.push(done);
+  }
+  const disk = await hashed(manifest.disk, location.diskPath, true);
+  if (disk === null) return 'changed';
+  signal?.throwIfAborted();
+  const { checksumsPending: _pending, ...rest } = manifest;
+  await replaceManifest(location, { ...rest, image, disk });
+  return 'done';
 }
 
 /**
@@ -238,9 +308,7 @@ export async function resealDisk(location: StateLocation): Promise<CheckpointMan
     },
     diskAllocatedBytes: diskStat.blocks * 512,
   };
-  const tmp = `${location.manifestPath}.tmp`;
-  await writeFile(tmp, `${JSON.stringify(resealed, null, 2)}\n`);
-  await rename(tmp, location.manifestPath);
+  await replaceManifest(location, resealed);
   return resealed;
 }
 
@@ -299,6 +367,12 @@ export async function verifyState(
       ];
       const prints = await Promise.all(files.map(({ path }) => fingerprint(path)));
       if (files.every(({ file }, i) => sameFingerprint(file.fingerprint, prints[i] ?? null))) return manifest;
+    }
+    if (manifest.checksumsPending === true) {
+      throw new CheckpointRejectedError(
+        'the pause image or disk was changed after the pause, before its checksums were taken (altered); it cannot ' +
+          'be verified and is not restored',
+      );
     }
     for (const file of manifest.image) {
       const path = join(location.imageDir, file.name);

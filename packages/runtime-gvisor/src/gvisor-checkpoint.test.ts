@@ -200,8 +200,11 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     const id = await create();
     const [first] = await startCounter(id);
     await driver.pause(id);
-    const pages = join(dataDir, 'sandboxes', id, 'checkpoint/image/pages.img');
+    // The checksums are taken after the pause answered; an image altered before that could never be verified.
+    await driver.checksummed(id);
     const manifestPath = join(dataDir, 'sandboxes', id, 'checkpoint/manifest.json');
+    expect(JSON.parse(await readFile(manifestPath, 'utf8')).checksumsPending).toBeUndefined();
+    const pages = join(dataDir, 'sandboxes', id, 'checkpoint/image/pages.img');
     const original = await readFile(pages);
     const flipped = Buffer.from(original);
     flipped[Math.floor(flipped.length / 2)] = (flipped[Math.floor(flipped.length / 2)] ?? 0) ^ 0xff;

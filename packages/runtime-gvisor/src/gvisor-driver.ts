@@ -204,6 +204,14 @@ export class GvisorDriver implements RuntimeDriver {
     return this.checkpointer.resume(options);
   }
 
+  /**
+   * Wait until the checksums of `sandboxId`'s pause image, taken in the background after its pause answered, are
+   * written (or found impossible because a file changed). For tests that alter a pause image on purpose.
+   */
+  checksummed(sandboxId: string): Promise<void> {
+    return this.checkpointer.checksummed(sandboxId);
+  }
+
   async stop(sandboxId: string): Promise<void> {
     await this.agents.close(sandboxId);
     return this.checkpointer.stop(sandboxId);
