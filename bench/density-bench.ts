@@ -34,6 +34,22 @@ export interface DensityResult {
     /** Disk used per paused sandbox (disk image blocks + pause image), MiB. */
     diskMiBPer: number;
   };
+  /**
+   * Both loads held at once (absent in runs before session 5, which paused the running ones to make up the paused
+   * count): what the API listed with every sandbox of the run created, and whether a sample of each still works.
+   */
+  simultaneous?: {
+    /** Sandboxes of this run the API listed as `running` / `paused` at that moment. */
+    listedRunning: number;
+    listedPaused: number;
+    /** `cat /proc/loadavg` (1-minute figure) with every sandbox held. */
+    loadAverage1m: number;
+    /** Exec round trip of `true` on one running sandbox with every sandbox held, p50 of 20, ms. */
+    execP50Ms: number;
+    /** Paused sandboxes resumed (and checked with an exec), then paused again, with the running ones still up. */
+    resumedOk: number;
+    resumedTried: number;
+  };
   failures: string[];
 }
 
@@ -79,8 +95,9 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /**
- * Create `running` idle sandboxes and measure them; then pause them and create more, pausing each, up to `paused`.
- * Everything it created is deleted at the end.
+ * Create and pause `paused` sandboxes, then create `running` idle ones next to them, so that both loads are held at
+ * the same moment; prove it with the API's listing, an exec round trip and a few resumes under that load. Everything
+ * it created is deleted at the end.
  */
 export async function benchDensity(
   conn: { apiUrl: string; apiKey: string },
@@ -95,85 +112,106 @@ export async function benchDensity(
   const { log } = options;
   const failures: string[] = [];
   const all: Sandbox[] = [];
+  const label = { bench: `density-${Date.now()}` };
   const rssKiB = async () =>
     Number(/^VmRSS:\s+(\d+)/m.exec(await readFile(`/proc/${options.serverPid}/status`, 'utf8'))?.[1] ?? 0);
+  const settle = () => new Promise((resolve) => setTimeout(resolve, 5000));
   try {
-    // Idle running sandboxes.
-    const before = await meminfoKiB();
-    for (let i = 0; i < options.running; i++) {
-      if (i % 10 === 0) log(`density: running ${i + 1}/${options.running}`);
-      try {
-        const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: null });
-        await sandbox.commands.run(['true'], { check: true });
-        all.push(sandbox);
-      } catch (error) {
-        failures.push(`running #${i}: ${(error as Error).message}`);
-        break;
-      }
-    }
-    await new Promise((resolve) => setTimeout(resolve, 5000));
-    const after = await meminfoKiB();
-    const per = await Promise.all(all.map((s) => sandboxMemory(s.id)));
-    const running = {
-      target: options.running,
-      reached: all.length,
-      pssMiBp50: r1(median(per.map((p) => p.pssKiB)) / 1024),
-      pssMiBmax: r1(Math.max(0, ...per.map((p) => p.pssKiB)) / 1024),
-      cgroupMiBp50: r1(median(per.map((p) => p.cgroupKiB)) / 1024),
-      memAvailableDropMiBPer: r1(
-        ((before.MemAvailable ?? 0) - (after.MemAvailable ?? 0)) / 1024 / Math.max(1, all.length),
-      ),
-    };
-    log(`density: running ${JSON.stringify(running)}`);
-
-    // Paused: pause the running ones, then create and pause more up to the target.
+    // Paused sandboxes first (each one ran a command before its pause).
     const rssBefore = await rssKiB();
     const kernelBefore = kernelKiB(await meminfoKiB());
     const diskBefore = await diskUsedKiB(options.dataDir);
-    let pausedCount = 0;
-    for (const sandbox of all) {
+    const pausedOnes: Sandbox[] = [];
+    for (let i = 0; i < options.paused; i++) {
+      if (i % 20 === 0) log(`density: paused ${i + 1}/${options.paused}`);
       try {
-        await sandbox.pause();
-        pausedCount++;
-      } catch (error) {
-        failures.push(`pause ${sandbox.id}: ${(error as Error).message}`);
-      }
-    }
-    // The ones paused so far were measured running first: the baseline for per-paused cost is taken again here.
-    const rssMid = await rssKiB();
-    const kernelMid = kernelKiB(await meminfoKiB());
-    const diskMid = await diskUsedKiB(options.dataDir);
-    const extra: Sandbox[] = [];
-    for (let i = pausedCount; i < options.paused; i++) {
-      if (i % 10 === 0) log(`density: paused ${i + 1}/${options.paused}`);
-      try {
-        const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: null });
+        const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: null, labels: label });
         all.push(sandbox);
         await sandbox.commands.run(['true'], { check: true });
         await sandbox.pause();
-        extra.push(sandbox);
-        pausedCount++;
+        pausedOnes.push(sandbox);
       } catch (error) {
         failures.push(`paused #${i}: ${(error as Error).message}`);
         break;
       }
     }
-    await new Promise((resolve) => setTimeout(resolve, 5000));
-    const rssAfter = await rssKiB();
-    const kernelAfter = kernelKiB(await meminfoKiB());
-    const diskAfter = await diskUsedKiB(options.dataDir);
-    const n = Math.max(1, extra.length);
+    await settle();
+    const n = Math.max(1, pausedOnes.length);
     const paused = {
       target: options.paused,
-      reached: pausedCount,
-      serverRssKiBPer: Math.round((rssAfter - rssMid) / n),
-      kernelKiBPer: Math.round((kernelAfter - kernelMid) / n),
-      diskMiBPer: r1((diskAfter - diskMid) / 1024 / n),
+      reached: pausedOnes.length,
+      serverRssKiBPer: Math.round(((await rssKiB()) - rssBefore) / n),
+      kernelKiBPer: Math.round((kernelKiB(await meminfoKiB()) - kernelBefore) / n),
+      diskMiBPer: r1(((await diskUsedKiB(options.dataDir)) - diskBefore) / 1024 / n),
     };
-    log(
-      `density: paused ${JSON.stringify(paused)} (pausing the first ${all.length - extra.length}: RSS ${rssMid - rssBefore} KiB, kernel ${kernelMid - kernelBefore} KiB, disk ${diskMid - diskBefore} KiB)`,
-    );
-    return { running, paused, failures };
+    log(`density: paused ${JSON.stringify(paused)}`);
+
+    // Idle running sandboxes next to them.
+    const before = await meminfoKiB();
+    const runningOnes: Sandbox[] = [];
+    for (let i = 0; i < options.running; i++) {
+      if (i % 10 === 0) log(`density: running ${i + 1}/${options.running}`);
+      try {
+        const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: null, labels: label });
+        all.push(sandbox);
+        await sandbox.commands.run(['true'], { check: true });
+        runningOnes.push(sandbox);
+      } catch (error) {
+        failures.push(`running #${i}: ${(error as Error).message}`);
+        break;
+      }
+    }
+    await settle();
+    const after = await meminfoKiB();
+    const per = await Promise.all(runningOnes.map((s) => sandboxMemory(s.id)));
+    const running = {
+      target: options.running,
+      reached: runningOnes.length,
+      pssMiBp50: r1(median(per.map((p) => p.pssKiB)) / 1024),
+      pssMiBmax: r1(Math.max(0, ...per.map((p) => p.pssKiB)) / 1024),
+      cgroupMiBp50: r1(median(per.map((p) => p.cgroupKiB)) / 1024),
+      memAvailableDropMiBPer: r1(
+        ((before.MemAvailable ?? 0) - (after.MemAvailable ?? 0)) / 1024 / Math.max(1, runningOnes.length),
+      ),
+    };
+    log(`density: running ${JSON.stringify(running)}`);
+
+    // Both held at once: what the API lists, and whether sandboxes still answer under that load.
+    const listed = { running: 0, paused: 0 };
+    for await (const sandbox of Sandbox.listAll({ ...conn, labels: label, limit: 200 })) {
+      if (sandbox.info.state === 'running') listed.running++;
+      if (sandbox.info.state === 'paused') listed.paused++;
+    }
+    const loadAverage1m = Number((await readFile('/proc/loadavg', 'utf8')).split(' ')[0]);
+    const execMs: number[] = [];
+    const probe = runningOnes.at(-1);
+    for (let i = 0; probe !== undefined && i < 20; i++) {
+      const started = performance.now();
+      await probe.commands.run(['true'], { check: true });
+      execMs.push(performance.now() - started);
+    }
+    let resumedOk = 0;
+    const sample = pausedOnes.filter((_, i) => i % Math.max(1, Math.floor(pausedOnes.length / 5)) === 0).slice(0, 5);
+    for (const sandbox of sample) {
+      try {
+        await sandbox.resume();
+        await sandbox.commands.run(['true'], { check: true });
+        await sandbox.pause();
+        resumedOk++;
+      } catch (error) {
+        failures.push(`resume under load ${sandbox.id}: ${(error as Error).message}`);
+      }
+    }
+    const simultaneous = {
+      listedRunning: listed.running,
+      listedPaused: listed.paused,
+      loadAverage1m,
+      execP50Ms: r1(median(execMs)),
+      resumedOk,
+      resumedTried: sample.length,
+    };
+    log(`density: both at once ${JSON.stringify(simultaneous)}`);
+    return { running, paused, simultaneous, failures };
   } finally {
     log(`density: deleting ${all.length} sandboxes`);
     const queue = [...all];

@@ -118,6 +118,13 @@ export function renderMarkdown(runs: Runs): string {
       `| paused sandboxes | ${d.paused.target} | ${d.paused.reached} | server RSS ${d.paused.serverRssKiBPer} KiB + kernel ${d.paused.kernelKiBPer} KiB (target ≤ 1 MiB); disk ${d.paused.diskMiBPer} MiB |`,
       '',
     );
+    const both = d.simultaneous;
+    lines.push(
+      both
+        ? `Both held at once (paused ones made first, then the running ones next to them): the API listed ${both.listedPaused} paused and ${both.listedRunning} running sandboxes of the run at the same moment; load average ${both.loadAverage1m} on 2 cores; exec round trip of \`true\` on a running one p50 ${both.execP50Ms} ms; ${both.resumedOk}/${both.resumedTried} paused ones resumed, ran a command and paused again under that load.`
+        : 'This run paused the running sandboxes to make up the paused count: both loads were not held at once.',
+      '',
+    );
     if (d.failures.length > 0) lines.push('Failures:', '', ...d.failures.map((f) => `- ${f}`), '');
   } else {
     lines.push(

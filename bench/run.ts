@@ -5,7 +5,9 @@
  * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`,
  * `--creates N` (time-to-first-command samples per variant; default 100, 5 with --quick), `--pool N` (warm pool size
  * during the warm samples; default 4), `--only start,core,exec,files,persistence` (a subset; not written to
- * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200).
+ * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200),
+ * `--results-dir DIR` (write the result JSON there instead of bench/results, and leave docs/performance.md alone:
+ * the CI smoke test `tests/e2e/bench-quick.test.ts` uses it).
  * Env: `BURROW_BENCH_TEMPLATES_DIR` (default /var/tmp/burrow-test-templates, shared with the tests).
  *
  * docs/performance.md is regenerated from the newest full run and the newest density run in bench/results, with
@@ -43,7 +45,9 @@ const density = process.argv.includes('--density');
 const onlyArg = process.argv.indexOf('--only');
 const only = onlyArg > 0 ? new Set((process.argv[onlyArg + 1] ?? '').split(',')) : null;
 const wants = (section: string) => only === null || only.has(section);
-const resultsDir = join(repo, 'bench', 'results');
+const resultsArg = process.argv.indexOf('--results-dir');
+const publishes = resultsArg < 0;
+const resultsDir = resultsArg > 0 ? (process.argv[resultsArg + 1] as string) : join(repo, 'bench', 'results');
 
 const log = (msg: string) => process.stderr.write(`bench: ${msg}\n`);
 
@@ -124,7 +128,7 @@ async function main(): Promise<void> {
     join(resultsDir, `${date.replace(/[:.]/g, '-')}${suffix}.json`),
     `${JSON.stringify(result, null, 2)}\n`,
   );
-  if (!quick && kind !== 'partial') {
+  if (publishes && !quick && kind !== 'partial') {
     await writeFile(join(repo, 'docs', 'performance.md'), renderMarkdown(await loadRuns(resultsDir)));
   }
   if (densityResult) log(`density: ${JSON.stringify(densityResult)}`);
