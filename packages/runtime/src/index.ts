@@ -1,5 +1,6 @@
 export * from './crash-points.js';
 export * from './driver.js';
+export * from './file-read-stream.js';
 export * from './sandbox-fs.js';
 export * from './sandbox-fs-archive.js';
 export * from './sandbox-fs-watch.js';

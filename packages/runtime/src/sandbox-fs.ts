@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Stats } from 'node:fs';
-import { createReadStream, constants as fsc } from 'node:fs';
+import { constants as fsc } from 'node:fs';
 import {
   chmod,
   type FileHandle,
@@ -16,6 +16,7 @@ import {
 } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import type { ErrorCode, FileInfo } from '@burrow/contract';
+import { FileReadStream } from './file-read-stream.js';
 
 /** A file call failed; `code` is the API error code to answer with. */
 export class FsError extends Error {
@@ -89,8 +90,11 @@ export class SandboxFs {
     });
   }
 
-  /** A stream of the file's bytes (symlinks followed inside the root). The caller consumes or destroys it. @throws FsError */
-  async openRead(path: string): Promise<{ stream: Readable; sizeBytes: number }> {
+  /**
+   * A stream of the file's bytes (symlinks followed inside the root), its size at open; send it to an HTTP response
+   * with {@link FileReadStream.sendTo}. The caller consumes or destroys it. @throws FsError
+   */
+  async openRead(path: string): Promise<{ stream: FileReadStream; sizeBytes: number }> {
     const handle = await this.withResolved(path, { followFinal: true }, async (r) => {
       if (r.name === null) throw new FsError('is_a_directory', `${r.path} is a directory`);
       return guard(r.path, () => open(at(r), fsc.O_RDONLY | fsc.O_NOFOLLOW));
@@ -102,10 +106,7 @@ export class SandboxFs {
         ? new FsError('is_a_directory', `${path} is a directory; list it instead`)
         : new FsError('invalid_path', `${path} is not a regular file`);
     }
-    return {
-      stream: createReadStream('', { fd: handle, autoClose: true, highWaterMark: IO_CHUNK_BYTES }),
-      sizeBytes: st.size,
-    };
+    return { stream: new FileReadStream(handle, st.size), sizeBytes: st.size };
   }
 
   /**

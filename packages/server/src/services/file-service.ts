@@ -146,7 +146,7 @@ export class FileService {
    * runtime can unmount at once.
    * @throws what {@link with} throws
    */
-  async download(caller: Principal, id: string, open: (fs: SandboxFs) => Promise<Readable>): Promise<Readable> {
+  async download<S extends Readable>(caller: Principal, id: string, open: (fs: SandboxFs) => Promise<S>): Promise<S> {
     return this.withTransfer(id, caller, 'download', async (fs, transfer) => {
       const stream = await open(fs).catch((error: unknown) => {
         transfer.end();
