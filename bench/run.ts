@@ -124,6 +124,7 @@ async function main(): Promise<void> {
     density: densityResult,
   };
   const suffix = `${quick ? '-quick' : ''}${kind === 'full' ? '' : `-${kind}`}`;
+  await mkdir(resultsDir, { recursive: true });
   await writeFile(
     join(resultsDir, `${date.replace(/[:.]/g, '-')}${suffix}.json`),
     `${JSON.stringify(result, null, 2)}\n`,
