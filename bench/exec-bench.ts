@@ -7,6 +7,8 @@ import { Sandbox } from '@burrow/sdk';
 import type { RawRunsc } from './raw-runsc.js';
 import { type Summary, summarize, time } from './stats.js';
 
+/** The exec agent inside a sandbox (`burrow-agent --spawn-bench N PROGRAM` times its own process starts). */
+const AGENT_BINARY = '/.burrow-agent/burrow-agent';
 /** Output streamed per throughput sample: 200 MiB. */
 const STREAM_BYTES = 200 * 1024 * 1024;
 
@@ -45,6 +47,7 @@ export async function benchExec(
   const rtt: number[] = [];
   const rawRtt: number[] = [];
   const driverRtt: number[] = [];
+  const floorMs: number[] = [];
   const driver = options.driver;
   let rssGrowthMiB = 0;
   try {
@@ -66,6 +69,21 @@ export async function benchExec(
           }),
         );
       }
+    }
+    // The floor inside the sandbox: the agent's own vfork + execve + wait of `true`, timed in the sandbox (no host
+    // crossing, no server), run right after the round trips so that it sees the same load.
+    for (let i = 0; i < 3; i++) {
+      const spawned = await sandbox.commands.run([
+        AGENT_BINARY,
+        '--spawn-bench',
+        String(Math.max(10, options.iterations)),
+        'true',
+      ]);
+      if (spawned.exitCode !== 0) {
+        options.log(`no exec floor row (the agent's spawn bench exited ${spawned.exitCode}: agent off?)`);
+        break;
+      }
+      floorMs.push(...(JSON.parse(spawned.stdout) as number[]).map((us) => us / 1000));
     }
     const rssBefore = process.memoryUsage().rss;
     let rssPeak = rssBefore;
@@ -127,6 +145,18 @@ export async function benchExec(
             ours: summarize(driverRtt),
             raw: rr,
             ratio: Math.round((summarize(driverRtt).p50 / rr.p50) * 100) / 100,
+            target: '—',
+          },
+        ]),
+    ...(floorMs.length === 0
+      ? []
+      : [
+          {
+            metric:
+              'exec floor inside the sandbox: vfork + execve + wait of `true` by the agent, timed inside (no host crossing)',
+            ours: summarize(floorMs),
+            raw: rr,
+            ratio: Math.round((summarize(floorMs).p50 / rr.p50) * 100) / 100,
             target: '—',
           },
         ]),

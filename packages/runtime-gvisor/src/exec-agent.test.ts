@@ -119,6 +119,24 @@ describe('exec agent (real runsc)', { timeout: 240_000 }, () => {
     expect(await sleeper.exited).toEqual({ exitCode: null, signal: 'SIGINT' });
   });
 
+  it('times its own process starts inside the sandbox (--spawn-bench, the exec floor row of the bench)', async () => {
+    const run = await runInSandbox(driver, sandboxId, ['/.burrow-agent/burrow-agent', '--spawn-bench', '3', 'true']);
+    expect(run.exitCode).toBe(0);
+    const micros = JSON.parse(run.stdout.toString()) as unknown;
+    expect(Array.isArray(micros) && micros.length === 3 && micros.every((us) => Number.isInteger(us) && us > 0)).toBe(
+      true,
+    );
+    // A program that cannot start is an error, not a time.
+    const missing = await runInSandbox(driver, sandboxId, [
+      '/.burrow-agent/burrow-agent',
+      '--spawn-bench',
+      '1',
+      'no-such-program',
+    ]);
+    expect(missing).toMatchObject({ exitCode: 3 });
+    expect(missing.stdout.toString()).toBe('');
+  });
+
   it('kills the whole process group, and stdin flows both ways', async () => {
     const process = await driver.exec(sandboxId, {
       argv: ['sh', '-c', 'sleep 60 & sleep 60 & cat; wait'],
