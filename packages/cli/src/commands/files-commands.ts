@@ -71,7 +71,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
         return;
       }
       if (!toStdout) {
-        // Straight into the file over node:http (readToFile): about half the client CPU of a web stream.
+        // Straight into the file (readToFile: the socket read into reused buffers, no GC churn per chunk).
         const progress = new ByteProgress(context.stderr, `${id}:${remote} → ${local}`, info.sizeBytes);
         let reported = 0;
         await sandbox.files.readToFile(remote, local, {
