@@ -3,9 +3,10 @@
  * directly with runsc commands (no server, no database, no HTTP, no cgroup or disk-image setup).
  */
 import { execFile, spawn } from 'node:child_process';
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { RESTORE_BUFFERED_MAX_BYTES } from '@burrow/runtime-gvisor';
 
 const run = promisify(execFile);
 
@@ -118,12 +119,17 @@ export class RawRunsc {
     await this.runsc_(still ? 'pause' : 'resume', id);
   }
 
-  /** The raw resume: mount again, `runsc restore --direct --detach`. */
+  /**
+   * The raw resume: mount again, `runsc restore --detach`, with `--direct` by the driver's rule (only for a pages file
+   * over {@link RESTORE_BUFFERED_MAX_BYTES}), so ours and raw read the image the same way.
+   */
   async restore(id: string, imageDir: string): Promise<void> {
     await this.bundle(id);
+    const pages = await stat(join(imageDir, 'pages.img')).catch(() => null);
+    const direct = pages !== null && pages.size <= RESTORE_BUFFERED_MAX_BYTES ? [] : ['--direct'];
     await this.runscDetached(
       'restore',
-      '--direct',
+      ...direct,
       `--image-path=${imageDir}`,
       '--bundle',
       join(this.workDir, id),
