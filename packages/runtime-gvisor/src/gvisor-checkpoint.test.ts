@@ -196,6 +196,39 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     expect(await sh(id, 'cat /root/kept')).toBe('kept');
   });
 
+  it('a gofer that dies before the end of the checkpoint fails the pause, with no pause image left', async () => {
+    // Chaos seed 149856408: a gofer killed during a pause; the pause answered ok and every resume then failed
+    // ("stopped right after restore"): the image saved a sandbox that could open no file. A wrapper kills the gofer
+    // as `runsc checkpoint` ends, before the driver goes on.
+    const dir = await mkdtemp(join(tmpdir(), 'burrow-gofer-dies-'));
+    const wrapper = join(dir, 'runsc');
+    const goferPidFile = join(dir, 'gofer.pid');
+    await writeFile(
+      wrapper,
+      `#!/bin/sh\nfor a in "$@"; do\n  if [ "$a" = checkpoint ]; then runsc "$@"; rc=$?; kill -9 "$(cat "${goferPidFile}")"; exit $rc; fi\ndone\nexec runsc "$@"\n`,
+      { mode: 0o755 },
+    );
+    const wrapped = new GvisorDriver({ dataDir: join(dir, 'data'), maxProcesses: 256, runscPath: wrapper });
+    const id = testSandboxId();
+    try {
+      await wrapped.create(options(id));
+      const pidsCgroup = (await findSandboxCgroups('/sys/fs/cgroup', id)).find((d) => d.includes('/pids/')) ?? '';
+      const sentry = (await new RunscCli('runsc', join(dir, 'data', 'runsc'), 'systrap').state(id))?.pid ?? -1;
+      for (const pid of (await readFile(join(pidsCgroup, 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean)) {
+        const argv = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+        if (Number(pid) !== sentry && argv.split('\0').includes('gofer')) await writeFile(goferPidFile, pid);
+      }
+      expect(Number(await readFile(goferPidFile, 'utf8'))).toBeGreaterThan(0);
+      await expect(wrapped.pause(id)).rejects.toThrow(/gofer/);
+      expect((await wrapped.observe(id)).status).not.toBe('paused');
+      expect(await readdir(join(dir, 'data', 'sandboxes', id, 'checkpoint')).catch(() => [])).toEqual([]);
+    } finally {
+      await wrapped.delete(id).catch(() => undefined);
+      await wrapped.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('refuses a tampered, truncated or foreign image and stays paused and intact', async () => {
     const id = await create();
     const [first] = await startCounter(id);

@@ -60,6 +60,8 @@ export interface CheckpointHost {
   started(sandboxId: string, sentryPid: number): Promise<void>;
   /** Remove the sandbox's cgroup directories. */
   removeCgroups(sandboxId: string): Promise<void>;
+  /** Whether the gofer of the running sandbox whose sentry is `sentryPid` has exited (false when it cannot tell). */
+  goferGone(sandboxId: string, sentryPid: number): Promise<boolean>;
   /** Create and start a fresh container on the sandbox's (existing) disk. */
   create(options: CreateOptions): Promise<void>;
   /** Remove every host resource of a sandbox. */
@@ -230,7 +232,7 @@ export class GvisorCheckpointer {
     await rm(paths.checkpointDir, { recursive: true, force: true });
     await mkdir(location.imageDir, { recursive: true });
     try {
-      await this.checkpoint(sandboxId, location.imageDir);
+      await this.checkpoint(sandboxId, location.imageDir, state.pid);
     } catch (error) {
       await this.host.runsc.run(['resume', sandboxId]);
       await rm(paths.checkpointDir, { recursive: true, force: true });
@@ -338,7 +340,7 @@ export class GvisorCheckpointer {
       await this.holdStill(sandboxId, state.status, async () => {
         if (options.memory) {
           await mkdir(target.imageDir, { recursive: true });
-          await this.checkpoint(sandboxId, target.imageDir);
+          await this.checkpoint(sandboxId, target.imageDir, state.pid);
           crashPoint('snapshot:after-checkpoint');
         }
         await flushDisk(paths.rootfs, paths.diskDir);
@@ -477,7 +479,7 @@ export class GvisorCheckpointer {
     if (state.status === 'running') await this.mustRunsc(['pause', sandboxId], 'pause');
     timer.mark('holdStill');
     try {
-      await this.checkpoint(sandboxId, source.imageDir);
+      await this.checkpoint(sandboxId, source.imageDir, state.pid);
       timer.mark('checkpoint');
       crashPoint('fork:after-checkpoint');
       await flushDisk(paths.rootfs, paths.diskDir);
@@ -747,15 +749,27 @@ export class GvisorCheckpointer {
   /**
    * `runsc checkpoint --leave-running` into `imageDir` (uncompressed, O_DIRECT). The sandbox keeps running when it
    * fails; the caller releases what it held still.
+   * An image taken while the sandbox's gofer was gone (it exited before or during the checkpoint) is refused: it
+   * saves a sandbox that can open no file, whose restore stopped right after it (chaos seed 149856408: a gofer
+   * killed ~90 ms into a pause; the pause answered ok and every resume failed "stopped right after restore").
+   * @param sentryPid the sandbox's sentry (runsc `state` pid), to find its gofer
    * @throws HostSocketOpenError when a process in the sandbox holds a host socket (gVisor saves no host fd)
-   * @throws RuntimeError for any other failure
+   * @throws RuntimeError when the gofer is gone, and for any other failure
    */
-  private async checkpoint(sandboxId: string, imageDir: string): Promise<void> {
+  private async checkpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
     const result = await this.host.runsc.run(
       ['checkpoint', '--leave-running', '--compression=none', '--direct', `--image-path=${imageDir}`, sandboxId],
       { timeoutMs: 600_000 },
     );
-    if (result.exitCode === 0) return;
+    if (result.exitCode === 0) {
+      if (await this.host.goferGone(sandboxId, sentryPid)) {
+        throw new RuntimeError(
+          `checkpoint of ${sandboxId} refused: its file server (gVisor gofer) exited, so the saved sandbox could open ` +
+            'no file; start it again (its disk is kept) or delete it',
+        );
+      }
+      return;
+    }
     // gVisor's save panics on the endpoint of a host Unix socket connection ("SCMConnectedEndpoint"), measured.
     if (result.stderr.includes('SCMConnectedEndpoint')) {
       throw new HostSocketOpenError(

@@ -189,6 +189,7 @@ export class GvisorDriver implements RuntimeDriver {
         this.exitReported.delete(id);
       },
       removeCgroups: async (id) => removeCgroupDirs(await this.cgroupDirsOf(id)),
+      goferGone: (id, pid) => goferGone(this.pidsCgroup(id), pid),
       create: (o) => this.create(o),
       delete: (id) => this.delete(id),
       warn: (object, message) => this.logger?.warn(object, message),
@@ -445,9 +446,7 @@ export class GvisorDriver implements RuntimeDriver {
     const state = await this.runsc.state(sandboxId);
     // A killed gofer leaves a sentry that runsc reports running but that can open no file: the runtime ended.
     const noGofer =
-      state?.status === 'running' &&
-      state.pid > 0 &&
-      (await goferGone(join(this.cgroupRoot, 'pids', this.cgroupParent, sandboxId), state.pid));
+      state?.status === 'running' && state.pid > 0 && (await goferGone(this.pidsCgroup(sandboxId), state.pid));
     if (!noGofer && (state?.status === 'running' || state?.status === 'paused' || state?.status === 'created')) {
       if (state.pid > 0) await preferStubsForOomKill(state.pid);
       return { status: 'running', events };
@@ -650,6 +649,11 @@ export class GvisorDriver implements RuntimeDriver {
 
   private memoryCgroup(sandboxId: string): string {
     return join(this.cgroupRoot, 'memory', this.cgroupParent, sandboxId);
+  }
+
+  /** The sandbox's pids cgroup directory: its sentry, gofer and stubs. */
+  private pidsCgroup(sandboxId: string): string {
+    return join(this.cgroupRoot, 'pids', this.cgroupParent, sandboxId);
   }
 
   private cgroupDirsOf(sandboxId: string): Promise<string[]> {
