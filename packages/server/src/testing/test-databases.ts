@@ -46,5 +46,29 @@ async function freshPostgresDatabase(baseUrl: string, label: string): Promise<Te
   await admin(`CREATE DATABASE "${name}"`);
   const url = new URL(baseUrl);
   url.pathname = `/${name}`;
-  return { url: url.toString(), cleanup: () => admin(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`) };
+  return { url: url.toString(), cleanup: () => dropWhenUnused(baseUrl, name) };
+}
+
+/**
+ * Drop the test database `name` once no session uses it (waits up to 2 s), forcing only what is left then. A
+ * closed store's pool resolves `end()` before its connections have closed on the server; a `WITH (FORCE)` drop in
+ * that moment terminated them, and pg raised the FATAL 57P01 on clients nobody listened to any more (six
+ * "unhandled errors" failed a CI run of pool-store.test.ts whose tests had all passed).
+ */
+async function dropWhenUnused(baseUrl: string, name: string): Promise<void> {
+  const client = new pg.Client({ connectionString: baseUrl });
+  await client.connect();
+  try {
+    for (let i = 0; i < 100; i++) {
+      const { rows } = await client.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1',
+        [name],
+      );
+      if ((rows[0]?.n ?? 0) === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+  } finally {
+    await client.end();
+  }
 }
