@@ -103,6 +103,60 @@ describe('auth', () => {
     ).toBe(200);
     await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${mine.id}`, headers: h.admin });
   });
+
+  test('an admin key acts for another tenant with X-Burrow-Tenant; a member key only for its own', async () => {
+    const member = await newKey({ name: 'tenant-c', tenantId: 'tenant-c' });
+    const asC = { ...h.admin, 'x-burrow-tenant': 'tenant-c' };
+    // The admin creates in tenant-c: the member of tenant-c sees it, the admin's own tenant does not.
+    const created = await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: asC, payload: {} });
+    expect(created.statusCode, created.body).toBe(201);
+    const id = created.json().id as string;
+    const ids = async (headers: Record<string, string>) =>
+      (await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers }))
+        .json()
+        .items.map((s: { id: string }) => s.id);
+    expect(await ids(bearer(member.secret))).toContain(id);
+    expect(await ids(h.admin)).not.toContain(id);
+    expect(await ids(asC)).toContain(id);
+    // A member naming its own tenant is fine; another tenant is forbidden, and nothing is listed.
+    expect(await ids({ ...bearer(member.secret), 'x-burrow-tenant': 'tenant-c' })).toContain(id);
+    const denied = await h.burrow.app.inject({
+      method: 'GET',
+      url: '/v1/sandboxes',
+      headers: { ...bearer(member.secret), 'x-burrow-tenant': 'default' },
+    });
+    expectError(denied, 403, 'forbidden');
+    expect(denied.json().error.message).toContain('needs an admin key');
+    expect(denied.json().error.requestId).toBe(denied.headers['x-request-id']);
+    for (const bad of ['Bad!', '', 'a'.repeat(64)]) {
+      expectError(
+        await h.burrow.app.inject({
+          method: 'GET',
+          url: '/v1/sandboxes',
+          headers: { ...h.admin, 'x-burrow-tenant': bad },
+        }),
+        400,
+        'invalid_request',
+      );
+    }
+    // The member cannot delete another tenant's sandbox by naming it; the admin acting for tenant-c can.
+    const mine = (
+      await h.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h.admin, payload: {} })
+    ).json();
+    expectError(
+      await h.burrow.app.inject({
+        method: 'DELETE',
+        url: `/v1/sandboxes/${mine.id}`,
+        headers: { ...bearer(member.secret), 'x-burrow-tenant': 'default' },
+      }),
+      403,
+      'forbidden',
+    );
+    const removed = await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: asC });
+    expect(removed.statusCode, removed.body).toBeLessThan(300);
+    expect(await ids(bearer(member.secret))).not.toContain(id);
+    await h.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${mine.id}`, headers: h.admin });
+  });
 });
 
 describe('keys', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatTable } from './cli-context.js';
+import { type CliContext, connectionFor, formatTable } from './cli-context.js';
 import { commandFromArgs } from './commands/exec-command.js';
 
 describe('formatTable', () => {
@@ -24,5 +24,15 @@ describe('commandFromArgs', () => {
 
   it('runs one argument with whitespace through the shell', () => {
     expect(commandFromArgs(['echo hi > /tmp/x'])).toBe('echo hi > /tmp/x');
+  });
+});
+
+describe('connectionFor', () => {
+  const context = (env: Record<string, string>) => ({ env, readFile: () => 'bk_file' }) as unknown as CliContext;
+  it("acts for --as-tenant, else BURROW_TENANT, else the key's own tenant", () => {
+    expect(connectionFor(context({ BURROW_TENANT: 'b' }), { apiKey: 'bk_x', asTenant: 'a' }).tenantId).toBe('a');
+    expect(connectionFor(context({ BURROW_TENANT: 'b' }), { apiKey: 'bk_x' }).tenantId).toBe('b');
+    expect(connectionFor(context({ BURROW_TENANT: '' }), { apiKey: 'bk_x' }).tenantId).toBeUndefined();
+    expect(connectionFor(context({}), { apiKey: 'bk_x' })).toMatchObject({ apiKey: 'bk_x', tenantId: undefined });
   });
 });

@@ -19,15 +19,18 @@ export interface CliContext {
 export interface GlobalOptions {
   url?: string | undefined;
   apiKey?: string | undefined;
+  /** `--as-tenant`: the tenant an admin key acts for. */
+  asTenant?: string | undefined;
 }
 
-/** SDK connection options from `--url` / `BURROW_URL` and the discovered key. */
+/** SDK connection options from `--url` / `BURROW_URL`, the discovered key and `--as-tenant` / `BURROW_TENANT`. */
 export function connectionFor(context: CliContext, options: GlobalOptions): ConnectionOptions {
   const key = discoverApiKey({ flag: options.apiKey, env: context.env, readFile: context.readFile });
   const url = options.url ?? context.env.BURROW_URL;
   return {
     apiUrl: url === undefined || url === '' ? undefined : url,
     apiKey: key?.apiKey,
+    tenantId: options.asTenant ?? (context.env.BURROW_TENANT || undefined),
   };
 }
 

@@ -24,6 +24,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
     .version(version)
     .option('--url <url>', 'server URL (default: BURROW_URL or http://127.0.0.1:7420)')
     .option('--api-key <key>', 'API key (default: BURROW_API_KEY, else <BURROW_DATA_DIR>/admin-key)')
+    .option('--as-tenant <id>', "tenant to act for, with an admin key (default: BURROW_TENANT, else the key's own)")
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride()
     .configureOutput({

@@ -14,6 +14,11 @@ export interface ConnectionOptions {
   apiUrl?: string | undefined;
   /** API key secret sent as `Authorization: Bearer <apiKey>`. @default the `BURROW_API_KEY` environment variable */
   apiKey?: string | undefined;
+  /**
+   * Tenant to act for, sent as `X-Burrow-Tenant`: an admin key may name any tenant, a member key only its own
+   * (`forbidden` otherwise). @default the `BURROW_TENANT` environment variable, else the key's own tenant
+   */
+  tenantId?: string | undefined;
   /** The `fetch` to use (for tests or proxies). @default the global `fetch` */
   fetch?: typeof globalThis.fetch | undefined;
 }
@@ -24,12 +29,14 @@ export interface ResolvedConnection {
   apiUrl: string;
   /** API key, or undefined to send no `Authorization` header. */
   apiKey: string | undefined;
+  /** Tenant to act for, or undefined for the key's own. */
+  tenantId: string | undefined;
   fetch: typeof globalThis.fetch;
 }
 
 /**
  * Fills in connection defaults: `apiUrl` from `BURROW_URL` (else {@link DEFAULT_API_URL}) and `apiKey` from
- * `BURROW_API_KEY`. The SDK reads these two environment variables here and nowhere else.
+ * `BURROW_API_KEY`, `tenantId` from `BURROW_TENANT`. The SDK reads these environment variables here and nowhere else.
  */
 export function resolveConnection(
   options: ConnectionOptions = {},
@@ -39,6 +46,7 @@ export function resolveConnection(
   return {
     apiUrl,
     apiKey: options.apiKey ?? nonEmpty(env.BURROW_API_KEY),
+    tenantId: options.tenantId ?? nonEmpty(env.BURROW_TENANT),
     fetch: options.fetch ?? globalThis.fetch,
   };
 }
@@ -51,6 +59,6 @@ function nonEmpty(value: string | undefined): string | undefined {
 export function splitConnection<T extends ConnectionOptions>(
   options: T,
 ): { connection: ConnectionOptions; rest: Omit<T, keyof ConnectionOptions> } {
-  const { apiUrl, apiKey, fetch, ...rest } = options;
-  return { connection: { apiUrl, apiKey, fetch }, rest };
+  const { apiUrl, apiKey, tenantId, fetch, ...rest } = options;
+  return { connection: { apiUrl, apiKey, tenantId, fetch }, rest };
 }

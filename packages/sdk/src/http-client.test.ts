@@ -35,7 +35,8 @@ describe('HttpClient on Node (node:http path)', () => {
           return;
         }
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ method: req.method, body: Buffer.concat(chunks).toString('utf8') }));
+        const tenant = req.headers['x-burrow-tenant'] ?? null;
+        res.end(JSON.stringify({ method: req.method, body: Buffer.concat(chunks).toString('utf8'), tenant }));
       });
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -59,6 +60,14 @@ describe('HttpClient on Node (node:http path)', () => {
     expect(await http.json(Echo, 'POST', '/stale', { json: { b: 2 } })).toEqual({ method: 'POST', body: '{"b":2}' });
     expect(resetsLeft).toBe(0);
     expect(requests - before).toBe(2);
+  });
+
+  it('sends X-Burrow-Tenant when a tenant is set, and none otherwise', async () => {
+    const Tenant = z.object({ tenant: z.string().nullable() });
+    expect(await new HttpClient({ apiUrl, apiKey: 'bk_test' }).json(Tenant, 'GET', '/echo')).toEqual({ tenant: null });
+    const http = new HttpClient({ apiUrl, apiKey: 'bk_test', tenantId: 'tenant-b' });
+    expect(await http.json(Tenant, 'GET', '/echo')).toEqual({ tenant: 'tenant-b' });
+    expect(http.authHeaders()).toEqual({ authorization: 'Bearer bk_test', 'x-burrow-tenant': 'tenant-b' });
   });
 
   it('a server that cannot be reached is a ConnectionError naming the URL', async () => {

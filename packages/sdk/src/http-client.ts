@@ -48,9 +48,13 @@ export class HttpClient {
     return url;
   }
 
-  /** Headers every request carries (the `Authorization` header when a key is set). */
+  /** Headers every request carries: `Authorization` when a key is set, `X-Burrow-Tenant` when a tenant is. */
   authHeaders(): Record<string, string> {
-    return this.connection.apiKey === undefined ? {} : { authorization: `Bearer ${this.connection.apiKey}` };
+    const { apiKey, tenantId } = this.connection;
+    return {
+      ...(apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` }),
+      ...(tenantId === undefined ? {} : { 'x-burrow-tenant': tenantId }),
+    };
   }
 
   /** Sends a request and returns the response when it is 2xx; throws the mapped {@link BurrowError} otherwise. */

@@ -24,7 +24,7 @@ import { registerHygieneRoutes, registerMetricsRoute, registerQuarantineGuard } 
 import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
-import { bearerSecret } from './principal.js';
+import { actingPrincipal, bearerSecret, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
@@ -73,7 +73,8 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
         version: SERVER_VERSION,
         description:
           'Persistent, isolated sandboxes for AI agents. Every route except /v1/health and /v1/openapi.json needs ' +
-          '`Authorization: Bearer <key>`. Errors carry one envelope with a stable code. Streaming exec is a WebSocket ' +
+          '`Authorization: Bearer <key>`; an admin key acts for another tenant with `X-Burrow-Tenant: <tenantId>` (a ' +
+          'member key only for its own). Errors carry one envelope with a stable code. Streaming exec is a WebSocket ' +
           'at GET /v1/sandboxes/{id}/exec/stream (protocol in @burrow/contract exec.ts).',
       },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
@@ -105,7 +106,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
         hint: 'pass `Authorization: Bearer bk_…` (the admin key is in <dataDir>/admin-key)',
       });
     }
-    request.principal = await services.keys.authenticate(secret);
+    request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
   registerQuarantineGuard(app, services);
   registerUnknownQueryGuard(app);
