@@ -5,7 +5,12 @@ import type { SandboxInspection } from '@burrow/contract';
 import { GvisorDriver } from '@burrow/runtime-gvisor';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from '../../packages/runtime-gvisor/src/host-plumbing.js';
+import {
+  findSandboxCgroups,
+  loopDevicesUnder,
+  mountsUnder,
+  runtimeProcesses,
+} from '../../packages/runtime-gvisor/src/host-plumbing.js';
 import { RunscCli } from '../../packages/runtime-gvisor/src/runsc-cli.js';
 import { type Burrow, createBurrow, loadConfig } from '../../packages/server/src/main.js';
 import { GvisorTemplateBuilder } from '../../packages/server/src/node/gvisor-template-builder.js';
@@ -209,10 +214,7 @@ describe('hygiene over the real GvisorDriver', () => {
       const pidsCgroup = (await findSandboxCgroups('/sys/fs/cgroup', id)).find((d) => d.includes('/pids/')) ?? '';
       let victim = sentry;
       if (role === 'gofer') {
-        for (const pid of (await readFile(join(pidsCgroup, 'cgroup.procs'), 'utf8')).split('\n').map(Number)) {
-          const argv = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-          if (argv.split('\0').includes('gofer')) victim = pid;
-        }
+        victim = (await runtimeProcesses(pidsCgroup)).find((p) => p.role === 'gofer')?.pid ?? sentry;
         expect(victim).not.toBe(sentry);
       }
       process.kill(victim, 'SIGKILL');

@@ -23,6 +23,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type ConnectionOptions, Sandbox, Snapshots } from '@burrow/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runtimeProcesses } from '../../packages/runtime-gvisor/src/host-plumbing.js';
 import { RunscCli } from '../../packages/runtime-gvisor/src/runsc-cli.js';
 import {
   hostProblems,
@@ -110,15 +111,9 @@ async function listRows(): Promise<Map<string, { state: string; parentId: string
 
 /** Host pids (sentry `boot`, `gofer`) of a sandbox, from its pids cgroup. */
 async function runscPids(id: string): Promise<Array<{ pid: number; role: 'sentry' | 'gofer' }>> {
-  const procs = join('/sys/fs/cgroup/pids/burrow', instanceCgroupName(dataDir), id, 'cgroup.procs');
+  const cgroup = join('/sys/fs/cgroup/pids/burrow', instanceCgroupName(dataDir), id);
   const found: Array<{ pid: number; role: 'sentry' | 'gofer' }> = [];
-  for (const line of (await readFile(procs, 'utf8').catch(() => '')).split('\n')) {
-    const pid = Number(line);
-    if (!Number.isInteger(pid) || pid <= 0) continue;
-    const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
-    if (argv.includes('boot')) found.push({ pid, role: 'sentry' });
-    else if (argv.includes('gofer')) found.push({ pid, role: 'gofer' });
-  }
+  for (const { pid, role } of await runtimeProcesses(cgroup)) if (role !== 'other') found.push({ pid, role });
   if (found.length === 0) {
     const state = await new RunscCli('runsc', join(dataDir, 'runsc'), 'systrap').state(id);
     if (state !== null && state.pid > 0) found.push({ pid: state.pid, role: 'sentry' });

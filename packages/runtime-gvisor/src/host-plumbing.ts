@@ -190,6 +190,29 @@ export async function killCgroupProcesses(cgroupDir: string, waitMs = 5000): Pro
   }
 }
 
+/** A host process of a sandbox's runtime: the gVisor sentry (`runsc boot`), its gofer, or another (a runsc CLI). */
+export interface RuntimeProcess {
+  pid: number;
+  role: 'sentry' | 'gofer' | 'other';
+}
+
+/**
+ * The host processes in a sandbox's pids cgroup (`pidsCgroupDir`), each with its role read from its argv (`boot`:
+ * the sentry, `gofer`: the file server).
+ * @returns an empty list when the cgroup is unreadable or gone
+ */
+export async function runtimeProcesses(pidsCgroupDir: string): Promise<RuntimeProcess[]> {
+  const text = await readFile(join(pidsCgroupDir, 'cgroup.procs'), 'utf8').catch(() => '');
+  const found: RuntimeProcess[] = [];
+  for (const line of text.split('\n')) {
+    const pid = Number.parseInt(line, 10);
+    if (!Number.isInteger(pid) || pid <= 1) continue;
+    const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+    found.push({ pid, role: argv.includes('boot') ? 'sentry' : argv.includes('gofer') ? 'gofer' : 'other' });
+  }
+  return found;
+}
+
 /**
  * Whether the gofer of a running sandbox is gone: its pids cgroup (`pidsCgroupDir`) holds the sentry
  * (`sentryPid`) but no process with a `gofer` argument. Without a gofer the sentry can open no file (every exec
@@ -197,19 +220,9 @@ export async function killCgroupProcesses(cgroupDir: string, waitMs = 5000): Pro
  * @returns false when it cannot tell (the cgroup is unreadable or does not hold the sentry)
  */
 export async function goferGone(pidsCgroupDir: string, sentryPid: number): Promise<boolean> {
-  const text = await readFile(join(pidsCgroupDir, 'cgroup.procs'), 'utf8').catch(() => null);
-  if (text === null) return false;
-  const pids = text
-    .split('\n')
-    .map((line) => Number.parseInt(line, 10))
-    .filter((pid) => Number.isInteger(pid) && pid > 1);
-  if (!pids.includes(sentryPid)) return false;
-  for (const pid of pids) {
-    if (pid === sentryPid) continue;
-    const argv = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (argv.split('\0').includes('gofer')) return false;
-  }
-  return true;
+  const processes = await runtimeProcesses(pidsCgroupDir);
+  if (!processes.some((p) => p.pid === sentryPid)) return false;
+  return !processes.some((p) => p.pid !== sentryPid && p.role === 'gofer');
 }
 
 /**
