@@ -15,26 +15,57 @@ export function etcHostsFor(hostname: string): string {
   return `127.0.0.1\tlocalhost\n${own}::1\tlocalhost ip6-localhost ip6-loopback\n`;
 }
 
+/** The /etc/resolv.conf of a sandbox: no name server (sandboxes have no network). */
+export const GUEST_RESOLV_CONF = '# Burrow: this sandbox has no network, so no name server.\n';
+
 /**
- * Give a sandbox root filesystem that has no /etc/hosts one from {@link etcHostsFor} (Debian minbase templates have
- * none, so `localhost` did not resolve inside sandboxes). An existing /etc/hosts, or an /etc that is not a real
- * directory, is left alone; the file is created with `O_EXCL | O_NOFOLLOW`, so a symlink the sandbox planted there
- * is never followed. Call before the sandbox runs.
- * @param rootfsDir the sandbox's mounted root filesystem on the host
+ * Give a sandbox root filesystem its own identity files before it runs:
+ * - /etc/hosts from {@link etcHostsFor} when it has none (Debian minbase templates have none, so `localhost` did
+ *   not resolve inside sandboxes); an existing one is left alone;
+ * - /etc/hostname (`hostname`) and /etc/resolv.conf ({@link GUEST_RESOLV_CONF}) while they are still the
+ *   template's, i.e. absent from the sandbox's own `upperDir`: mmdebstrap copies the build host's two files into
+ *   the template, which named the host and its name server inside every sandbox. A sandbox's own edit (in its
+ *   upper dir) is kept.
+ * Files are opened with `O_NOFOLLOW` under an /etc that must be a real directory, so a symlink planted there (by a
+ * template or by the sandbox) is never followed on the host.
+ * @param rootfsDir the sandbox's mounted (merged) root filesystem on the host
+ * @param upperDir the overlay's upper dir (what the sandbox changed), or null to treat every file as the template's
  */
-export async function ensureEtcHosts(rootfsDir: string, hostname: string): Promise<void> {
-  const etc = join(rootfsDir, 'etc');
+export async function ensureGuestIdentity(options: {
+  rootfsDir: string;
+  upperDir: string | null;
+  hostname: string;
+}): Promise<void> {
+  const etc = join(options.rootfsDir, 'etc');
   const st = await lstat(etc).catch(() => null);
   if (st === null || !st.isDirectory()) return;
+  await writeGuestFile(join(etc, 'hosts'), etcHostsFor(options.hostname), 'create');
+  const files: Array<[string, string]> = [['resolv.conf', GUEST_RESOLV_CONF]];
+  if (HOSTNAME_PATTERN.test(options.hostname)) files.push(['hostname', `${options.hostname}\n`]);
+  for (const [name, text] of files) {
+    const own = options.upperDir === null ? null : await lstat(join(options.upperDir, 'etc', name)).catch(() => null);
+    if (own === null) await writeGuestFile(join(etc, name), text, 'replace');
+  }
+}
+
+/**
+ * Write `text` to `path` without following a symlink at it: `create` only when nothing is there, `replace` a
+ * regular file or nothing. A symlink, directory or device there is left alone.
+ */
+async function writeGuestFile(path: string, text: string, mode: 'create' | 'replace'): Promise<void> {
+  const existing = await lstat(path).catch(() => null);
+  if (existing !== null && (mode === 'create' || !existing.isFile())) return;
+  const flags = fsc.O_WRONLY | fsc.O_CREAT | fsc.O_NOFOLLOW | (mode === 'create' ? fsc.O_EXCL : fsc.O_TRUNC);
   let handle: FileHandle;
   try {
-    handle = await open(join(etc, 'hosts'), fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, 0o644);
+    handle = await open(path, flags, 0o644);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST' || code === 'ELOOP' || code === 'EISDIR') return;
     throw error;
   }
   try {
-    await handle.writeFile(etcHostsFor(hostname));
+    await handle.writeFile(text);
   } finally {
     await handle.close();
   }

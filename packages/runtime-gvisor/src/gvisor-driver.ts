@@ -26,7 +26,7 @@ import {
 import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
 import { AgentHub, AgentStartError } from './agent-hub.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
-import { ensureEtcHosts } from './guest-hosts-file.js';
+import { ensureGuestIdentity } from './guest-hosts-file.js';
 import { GvisorCheckpointer, HostSocketOpenError, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
   cgroupChildren,
@@ -367,7 +367,7 @@ export class GvisorDriver implements RuntimeDriver {
       checkAbort();
       if (existing) await this.runsc.run(['delete', '-force', sandboxId]);
       await this.prepareBundle(options, made);
-      await ensureEtcHosts(paths.rootfs, options.hostname);
+      await ensureGuestIdentity({ rootfsDir: paths.rootfs, upperDir: paths.upperDir, hostname: options.hostname });
       checkAbort();
       made.push(async () => {
         await this.runsc.run(['delete', '-force', sandboxId]);

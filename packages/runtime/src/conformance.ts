@@ -111,6 +111,16 @@ export function runDriverConformance(name: string, makeDriver: () => Promise<Con
       expect(result.exitCode).toBe(0);
     });
 
+    it("names itself in /etc/hostname and carries no name server of the host's", async () => {
+      // Found by a new user: the template kept the build host's /etc/hostname and /etc/resolv.conf.
+      const result = await run(shared, [
+        'sh',
+        '-c',
+        'hostname; cat /etc/hostname; grep -c nameserver /etc/resolv.conf',
+      ]);
+      expect(result.stdout.toString()).toBe('shared\nshared\n0\n');
+    });
+
     it('reports exact exit codes, including ones above 128', async () => {
       expect((await run(shared, ['sh', '-c', 'exit 3'])).exitCode).toBe(3);
       expect(await run(shared, ['sh', '-c', 'exit 137'])).toMatchObject({ exitCode: 137, signal: null });
