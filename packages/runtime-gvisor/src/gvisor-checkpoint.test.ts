@@ -378,6 +378,17 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     expect((await ask(parent))[0]).toBe(atFork + 1);
     expect(await sh(parent, 'hostname')).toBe(options(parent).hostname);
     expect(await readdir(join(dataDir, 'sandboxes', parent))).not.toContain(expect.stringMatching(/^fork-/));
+
+    // A single child takes the fork point's disk copy (moved, not copied again): the parent's own disk is untouched.
+    const single = { sandboxId: testSandboxId(), hostname: 'child-single' };
+    created.add(single.sandboxId);
+    await driver.fork(parent, { template, resources: RESOURCES, children: [single] });
+    expect(await sh(single.sandboxId, 'cat /root/who; hostname')).toBe(`parent\n${single.hostname}`);
+    await sh(single.sandboxId, 'echo single > /root/who && sync');
+    expect(await sh(parent, 'cat /root/who; hostname')).toBe(`parent\n${options(parent).hostname}`);
+    expect((await ask(single.sandboxId))[0]).toBe(atFork + 2);
+    expect((await ask(parent))[0]).toBe(atFork + 2);
+    expect(await readdir(join(dataDir, 'sandboxes', parent))).not.toContain(expect.stringMatching(/^fork-/));
   });
 
   it('fork of a paused sandbox leaves it paused; the children run', async () => {

@@ -32,6 +32,7 @@ import {
   loopDevicesUnder,
   mountsUnder,
   mustRun,
+  preferStubsForOomKill,
   processAlive,
   unmountAll,
 } from './host-plumbing.js';
@@ -240,9 +241,11 @@ export class GvisorCheckpointer {
     }
     timer.mark('checkpoint');
     crashPoint('pause:after-checkpoint');
-    // Nothing may run between the checkpoint and the end of the sentry: the disk must match the image.
-    await killAndWait(state.pid);
-    timer.mark('kill');
+    // Nothing may run between the checkpoint and the end of the sentry: the disk must match the image. The sandbox
+    // is held still, so its host overlay is unmounted while the sentry dies (the disk is frozen only once the gofer
+    // has exited and the loop device is gone, in releaseContainer).
+    await Promise.all([killAndWait(state.pid), unmountStrict(paths.rootfs)]);
+    timer.mark('killAndUnmountOverlay');
     crashPoint('pause:after-kill');
     await this.releaseContainer(sandboxId, { wait: false, timer });
     // Sealed with fingerprints (inode, size, mtime, ctime) now, checksummed in the background: a local resume checks
@@ -359,11 +362,16 @@ export class GvisorCheckpointer {
     await this.createFrom(source, options);
   }
 
-  /** {@link createFromSnapshot} from a state `source` the caller verified (or made itself, just now). */
+  /**
+   * {@link createFromSnapshot} from a state `source` the caller verified (or made itself, just now).
+   * @param takeDisk move `source`'s disk image instead of copying it: only for a fork point of this call with a
+   *   single child (nothing else reads that disk, and the point is removed after)
+   */
   private async createFrom(
     source: StateLocation,
     options: Omit<CreateFromSnapshotOptions, 'sourceDir'>,
     timer?: StepTimer,
+    takeDisk = false,
   ): Promise<void> {
     const paths = this.host.paths(options.sandboxId);
     if ((await this.host.runsc.state(options.sandboxId))?.status === 'running') return;
@@ -376,12 +384,14 @@ export class GvisorCheckpointer {
       if (!existed) made.push(() => this.host.delete(options.sandboxId));
       await mkdir(paths.dir, { recursive: true });
       await rm(paths.image, { force: true });
-      await copySparse(source.diskPath, paths.image);
-      timer?.mark('copyDisk');
+      if (takeDisk) await moveFile(source.diskPath, paths.image);
+      else await copySparse(source.diskPath, paths.image);
+      timer?.mark(takeDisk ? 'moveDisk' : 'copyDisk');
       if (options.memory) {
-        await this.restoreInto(options, source.imageDir, timer);
-        await this.setHostname(options.sandboxId, options.hostname);
-        timer?.mark('hostname');
+        // The hostname `runsc exec` (a whole runsc CLI start, 65–230 ms) runs while the OOM preferences are set.
+        await this.restoreInto(options, source.imageDir, timer, () =>
+          this.setHostname(options.sandboxId, options.hostname),
+        );
       } else {
         await this.host.create(options);
       }
@@ -422,7 +432,8 @@ export class GvisorCheckpointer {
             resources: options.resources,
             memory: true,
           };
-          await this.createFrom(point.source, childOptions, childTimer);
+          // A single child of a running parent takes the fork point's disk copy (a rename, not a second copy).
+          await this.createFrom(point.source, childOptions, childTimer, point.made && options.children.length === 1);
           childSteps.push({ totalMs: childTimer.totalMs(), ...childTimer.stepsMs });
           crashPoint('fork:after-first-child');
         }
@@ -449,14 +460,15 @@ export class GvisorCheckpointer {
   /**
    * Where a fork's children are restored from. Paused parent: its pause image and disk, verified here. Running
    * parent: held still, checkpointed into `pointDir` with a copy of its disk, then let continue (`parentContinues`,
-   * which never rejects: a failed `runsc resume` is logged, as before).
+   * which never rejects: a failed `runsc resume` is logged, as before). `made` is true for a point made here (its
+   * files belong to this fork), false for the paused parent's own image and disk (never written).
    * @throws CheckpointRejectedError when a paused parent's image or disk does not match its manifest
    */
   private async forkPoint(
     sandboxId: string,
     pointDir: string,
     timer: StepTimer,
-  ): Promise<{ source: StateLocation; parentContinues: Promise<void> }> {
+  ): Promise<{ source: StateLocation; parentContinues: Promise<void>; made: boolean }> {
     const paths = this.host.paths(sandboxId);
     const pauseLocation = this.pauseLocation(sandboxId);
     if ((await readManifest(pauseLocation)) !== null) {
@@ -467,7 +479,7 @@ export class GvisorCheckpointer {
         trustFingerprints: true,
       });
       timer.mark('verifyPauseImage');
-      return { source: pauseLocation, parentContinues: Promise.resolve() };
+      return { source: pauseLocation, parentContinues: Promise.resolve(), made: false };
     }
     const state = await this.host.runsc.state(sandboxId);
     if (state === null || (state.status !== 'running' && state.status !== 'paused')) {
@@ -490,7 +502,7 @@ export class GvisorCheckpointer {
       await this.letContinue(sandboxId);
       throw error;
     }
-    return { source, parentContinues: this.letContinue(sandboxId) };
+    return { source, parentContinues: this.letContinue(sandboxId), made: true };
   }
 
   /** `runsc resume` of a container held still; a failure is logged (the sandbox stays held still). */
@@ -558,8 +570,17 @@ export class GvisorCheckpointer {
     }
   }
 
-  /** Restore an image into a fresh container of `options.sandboxId` on its mounted disk; undoes itself on failure. */
-  private async restoreInto(options: CreateOptions, imageDir: string, timer?: StepTimer): Promise<void> {
+  /**
+   * Restore an image into a fresh container of `options.sandboxId` on its mounted disk; undoes itself on failure.
+   * @param alongside run once the container runs, concurrently with the host's `started` step (a fork child's
+   *   hostname); the stubs it may add are marked for the OOM killer again afterwards, in the background
+   */
+  private async restoreInto(
+    options: CreateOptions,
+    imageDir: string,
+    timer?: StepTimer,
+    alongside?: () => Promise<void>,
+  ): Promise<void> {
     const { sandboxId } = options;
     const paths = this.host.paths(sandboxId);
     const made: UndoList = [];
@@ -592,8 +613,15 @@ export class GvisorCheckpointer {
       if (state?.status !== 'running') {
         throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'} right after restore`);
       }
-      await this.host.started(sandboxId, state.pid);
-      timer?.mark('stateAndStarted');
+      if (alongside === undefined) {
+        await this.host.started(sandboxId, state.pid);
+        timer?.mark('stateAndStarted');
+      } else {
+        await Promise.all([this.host.started(sandboxId, state.pid), alongside()]);
+        timer?.mark('stateStartedAndHostname');
+        // A stub process the step started meanwhile may have missed the walk: mark again, off the critical path.
+        void preferStubsForOomKill(state.pid).catch(() => undefined);
+      }
     } catch (error) {
       for (const undo of made.reverse()) await undo().catch(() => undefined);
       throw error;
@@ -849,25 +877,45 @@ async function unmountStrict(dir: string): Promise<void> {
   }
 }
 
+/** How often {@link waitForDiskRelease} asks `losetup -d` again while it polls sysfs, ms. */
+const DETACH_AGAIN_MS = 250;
+
 /**
  * Wait until the disk's loop device is gone. The gofer and sentry hold the filesystem in their own mount
  * namespaces, so it stays alive (and is written to at its final unmount) after the host unmount until they have
- * exited; only then is the disk image frozen.
+ * exited; only then is the disk image frozen. The device is marked autoclear (`losetup -d`, at once and every
+ * {@link DETACH_AGAIN_MS} for one that was not), and its end is seen by polling sysfs every 5 ms: before session
+ * 6 a `losetup -d` process was started every 10 ms of the wait, and under load each start delayed seeing the end.
  */
 async function waitForDiskRelease(sandboxDir: string, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
+  let detachAt = 0;
   for (;;) {
-    await detachLoopDevices(sandboxDir);
+    if (Date.now() >= detachAt) {
+      await detachLoopDevices(sandboxDir);
+      detachAt = Date.now() + DETACH_AGAIN_MS;
+    }
     const left = await loopDevicesUnder(sandboxDir);
     if (left.length === 0) return;
     if (Date.now() > deadline) throw new RuntimeError(`the disk is still in use: ${left.join(', ')}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    await new Promise((resolve) => setTimeout(resolve, 5));
   }
 }
 
 /** Write back everything cached for the overlay and the disk, so a copy of the disk image sees it. */
 async function flushDisk(rootfs: string, diskDir: string): Promise<void> {
   await mustRun('sync', ['-f', rootfs, diskDir], 'syncing the disk');
+}
+
+/** Rename `from` to `to`, copying (sparse) and removing `from` when they are on different filesystems. */
+async function moveFile(from: string, to: string): Promise<void> {
+  try {
+    await rename(from, to);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EXDEV') throw error;
+    await copySparse(from, to);
+    await rm(from, { force: true });
+  }
 }
 
 /** Hard-link every file of `from` into a new `to` (images are immutable), copying across filesystems. */
