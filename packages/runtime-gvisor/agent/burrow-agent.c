@@ -16,6 +16,10 @@
  *     'H' id, then 'P' pid u32 | 'F' stage u8 + errno u32 (1 cwd, 2 user, 3 exec), 'O' stdout, 'R' stderr,
  *     'X' raw wait status u32 (last frame; output ended or OUTPUT_GRACE_MS after the exit)
  *   data, host -> agent: 'I' stdin bytes, 'C' stdin close, 'S' signal u8 (sent to the process group)
+ *   spare (a data connection opened ahead of its command, at most one, opened while no command is starting or
+ *   running, so that an exec needs no connect inside the sandbox): agent -> host 'W' (empty), then host -> agent
+ *   'E' as on the control connection; from there on it is that command's data connection, without the 'H' frame.
+ *   Any other frame, or EOF, closes it; quiesce closes it.
  *
  * Built static on the host (gcc -static) and bind-mounted read-only into the sandbox; no libc needed inside.
  */
@@ -49,6 +53,8 @@
  * wake-up was missed. A periodic waitpid bounds that to this plus OUTPUT_GRACE_MS.
  */
 #define REAP_BACKSTOP_MS 500
+/* The spare data connection is not opened while a command started less than this long ago still runs (ms). */
+#define SPARE_AFTER_MS 200
 
 static const char *socket_path = "/.burrow-agent/agent.sock";
 
@@ -65,6 +71,7 @@ struct exec {
   int exited;
   int status;
   long long exited_at_ms;
+  long long started_at_ms;
   int stdin_close_pending;
   struct buf rx;      /* frames from the host */
   struct buf tx;      /* frames to the host, not yet written */
@@ -75,6 +82,10 @@ struct exec {
 static struct exec execs[MAX_EXECS];
 static int ctl = -1;
 static struct buf ctl_rx;
+/* The spare data connection (-1: none) and what the host sent on it so far. */
+static int spare = -1;
+static struct buf spare_rx;
+static long long next_spare_ms;
 static int sigchld_pipe[2];
 
 static long long now_ms(void) {
@@ -337,7 +348,8 @@ __attribute__((noinline, noreturn)) static void child_exec(const char *cwd, int 
   _exit(127);
 }
 
-static void start_exec(char *payload, uint32_t len) {
+/* Start the command of an 'E' frame; `sock` is its data connection (a spare), or -1 to connect one. */
+static void start_exec(char *payload, uint32_t len, int sock) {
   /* Parse id\0cwd\0uid\0gid\0argc\0argv...\0env...\0 */
   char *fields[4096 + 8];
   int count = 0;
@@ -374,7 +386,8 @@ static void start_exec(char *payload, uint32_t len) {
       e = &execs[i];
       break;
     }
-  int sock = connect_host();
+  int spared = sock >= 0;
+  if (!spared) sock = connect_host();
   if (sock < 0) {
     /* Tell the host at once (it would otherwise wait out its start limit); nothing ran. */
     struct buf refusal = {0};
@@ -387,7 +400,7 @@ static void start_exec(char *payload, uint32_t len) {
     return;
   }
   struct buf hello = {0};
-  put_frame(&hello, 'H', id, (uint32_t)strlen(id));
+  if (!spared) put_frame(&hello, 'H', id, (uint32_t)strlen(id));
   if (!e) {
     char fail[5] = {4, 0, 0, 0, 0};
     put_u32(fail + 1, EAGAIN);
@@ -434,6 +447,7 @@ static void start_exec(char *payload, uint32_t len) {
   memset(e, 0, sizeof *e);
   e->used = 1;
   e->pid = pid;
+  e->started_at_ms = now_ms();
   e->sock = sock;
   e->in_fd = in[1];
   e->out_fd = out[0];
@@ -452,6 +466,8 @@ static void start_exec(char *payload, uint32_t len) {
 static void quiesce(void) {
   for (int i = 0; i < MAX_EXECS; i++)
     if (execs[i].used) exec_free(&execs[i]);
+  close_fd(&spare);
+  buf_free(&spare_rx);
   struct buf reply = {0};
   put_frame(&reply, 'q', NULL, 0);
   write_all(ctl, &reply);
@@ -574,9 +590,9 @@ int main(int argc, char **argv) {
   sigaction(SIGCHLD, &sa, NULL);
   long long next_connect_ms = 0;
   for (;;) {
-    struct pollfd fds[2 + MAX_EXECS * 4];
-    struct exec *owner[2 + MAX_EXECS * 4];
-    int kind[2 + MAX_EXECS * 4];
+    struct pollfd fds[3 + MAX_EXECS * 4];
+    struct exec *owner[3 + MAX_EXECS * 4];
+    int kind[3 + MAX_EXECS * 4];
     int n = 0;
     int timeout = -1;
     if (ctl < 0) {
@@ -593,9 +609,40 @@ int main(int argc, char **argv) {
       }
       if (ctl < 0) timeout = (int)(next_connect_ms - now_ms() > 0 ? next_connect_ms - now_ms() : 1);
     }
+    if (ctl >= 0 && spare < 0) {
+      /*
+       * The spare is opened while no command started in the last SPARE_AFTER_MS still runs: its connect would take
+       * the sandbox's CPU from that command's start. After a short command it is ready for the next exec.
+       */
+      long long now = now_ms(), busy_until = 0;
+      for (int i = 0; i < MAX_EXECS; i++)
+        if (execs[i].used && !execs[i].exited && execs[i].started_at_ms + SPARE_AFTER_MS > busy_until)
+          busy_until = execs[i].started_at_ms + SPARE_AFTER_MS;
+      long long at = busy_until > next_spare_ms ? busy_until : next_spare_ms;
+      if (now >= at) {
+        spare = connect_host();
+        if (spare >= 0) {
+          struct buf w = {0};
+          put_frame(&w, 'W', NULL, 0);
+          if (write_all(spare, &w) < 0) close_fd(&spare);
+          buf_free(&w);
+        }
+        /* A failed one is retried after 100 ms, like the control connection. */
+        if (spare < 0) at = next_spare_ms = now + 100;
+      }
+      if (spare < 0) {
+        int t = (int)(at - now > 0 ? at - now : 1);
+        if (timeout < 0 || t < timeout) timeout = t;
+      }
+    }
     fds[n] = (struct pollfd){sigchld_pipe[0], POLLIN, 0};
     owner[n] = NULL;
     kind[n++] = 0;
+    if (spare >= 0) {
+      fds[n] = (struct pollfd){spare, POLLIN, 0};
+      owner[n] = NULL;
+      kind[n++] = 7;
+    }
     if (ctl >= 0) {
       fds[n] = (struct pollfd){ctl, POLLIN, 0};
       owner[n] = NULL;
@@ -667,7 +714,7 @@ int main(int argc, char **argv) {
         uint32_t len;
         int r;
         while (ctl >= 0 && (r = next_frame(&ctl_rx, &type, &payload, &len)) == 1) {
-          if (type == 'E') start_exec(payload, len);
+          if (type == 'E') start_exec(payload, len, -1);
           else if (type == 'Q') {
             quiesce();
             next_connect_ms = now_ms() + 100;
@@ -677,6 +724,41 @@ int main(int argc, char **argv) {
           close_fd(&ctl);
           buf_free(&ctl_rx);
         }
+      } else if (kind[i] == 7) {
+        if (spare < 0) continue;
+        if (read_into(spare, &spare_rx) < 0) {
+          /* Closed by the host without a command (a host that has no use for spares): retried after 100 ms. */
+          close_fd(&spare);
+          buf_free(&spare_rx);
+          next_spare_ms = now_ms() + 100;
+          continue;
+        }
+        char type;
+        char *payload;
+        uint32_t len;
+        int r = next_frame(&spare_rx, &type, &payload, &len);
+        if (r == 0) continue; /* a partial frame */
+        int sock = spare;
+        spare = -1;
+        /* Anything but 'E' (a quiesce sent before the host knew this was a spare) ends it. */
+        if (r == 1 && type == 'E') {
+          start_exec(payload, len, sock);
+          /* Frames the host sent right behind the 'E' (a signal) belong to the command. */
+          for (int j = 0; j < MAX_EXECS && spare_rx.len > spare_rx.off; j++) {
+            struct exec *started = &execs[j];
+            if (!started->used || started->sock != sock) continue;
+            size_t rest = spare_rx.len - spare_rx.off;
+            buf_reserve(&started->rx, rest);
+            memcpy(started->rx.data + started->rx.len, spare_rx.data + spare_rx.off, rest);
+            started->rx.len += rest;
+            if (handle_data(started) < 0) close_fd(&started->sock);
+            break;
+          }
+        } else {
+          close(sock);
+          next_spare_ms = now_ms() + 100;
+        }
+        buf_free(&spare_rx);
       } else if (!e->used) {
         continue;
       } else if (kind[i] == 2) {

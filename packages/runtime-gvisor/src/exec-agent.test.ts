@@ -217,6 +217,8 @@ describe('exec agent (real runsc)', { timeout: 240_000 }, () => {
     // Without the socket file the agent's control connection stays, but a command's data connection cannot be
     // opened: the agent says so (N frame) and the driver falls back instead of waiting out its 10 s start limit.
     await rm(join(dataDir, 'sandboxes', sandboxId, 'agent', 'agent.sock'));
+    // The spare data connection the agent opened before (if any) takes one command; none can be opened after it.
+    expect(await runInSandbox(driver, sandboxId, ['true'])).toMatchObject({ exitCode: 0, signal: null });
     const started = Date.now();
     const run = await runInSandbox(driver, sandboxId, ['sh', '-c', 'echo via-runsc; exit 3']);
     expect(run).toMatchObject({ exitCode: 3, signal: null });
