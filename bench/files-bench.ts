@@ -45,6 +45,7 @@ export async function benchFiles(
   // lives) spends ~1 ms of kernel CPU per created file, ~10 s for 10,000 files whoever creates them (measured:
   // host tar|tar 11-16 s onto it, 0.5 s onto /dev/shm), which swamped both rows.
   const extractDir = await mkdtemp(join(existsSync('/dev/shm') ? '/dev/shm' : work, 'burrow-files-bench-'));
+  settleWriteback();
   const sandbox = await Sandbox.create({
     ...conn,
     template: 'base',
@@ -63,22 +64,27 @@ export async function benchFiles(
   try {
     for (let i = 0; i < samples; i++) {
       options.log(`files: large file ${i + 1}/${samples} (${bigBytes} bytes)`);
+      settleWriteback();
       up.push(await client.transfer({ op: 'upload', remotePath: '/root/big.bin', localPath: bigFile }));
       const copy = join(work, 'big.down');
+      settleWriteback();
       down.push(await client.transfer({ op: 'download', remotePath: '/root/big.bin', localPath: copy }));
       if ((await stat(copy)).size !== bigBytes) throw new Error('downloaded size differs');
       await rm(copy);
       await sandbox.files.remove('/root/big.bin');
+      settleWriteback();
       cp.push(await time(async () => execFileSync('cp', [bigFile, join(work, 'big.cp')])));
       await rm(join(work, 'big.cp'));
       // The sandbox disk's own ceiling: the same bytes written straight into its mounted root, no HTTP, no Burrow.
       const inSandbox = join(options.rootDirOf(sandbox.id), 'root', 'dd.bin');
+      settleWriteback();
       ddDisk.push(
         await time(async () => execFileSync('dd', [`if=${bigFile}`, `of=${inSandbox}`, 'bs=1M'], { stdio: 'ignore' })),
       );
       await sandbox.files.remove('/root/dd.bin');
 
       options.log(`files: tree of ${TREE_FILES} files ${i + 1}/${samples}`);
+      settleWriteback();
       treeUp.push(
         await time(async () => {
           const tar = spawn('tar', ['-cf', '-', '-C', tree, '.'], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -88,6 +94,7 @@ export async function benchFiles(
       );
       const treeCopy = join(extractDir, 'tree.down');
       await mkdir(treeCopy);
+      settleWriteback();
       treeDown.push(
         await time(async () => {
           const body = Readable.fromWeb((await sandbox.files.download('/root/tree')) as WebReadableStream<Uint8Array>);
@@ -103,6 +110,7 @@ export async function benchFiles(
       await rm(treeCopy, { recursive: true });
       // The same download kept as a tar file: the transfer without creating 10,000 files on the host disk.
       const treeTar = join(work, 'tree.tar');
+      settleWriteback();
       treeDownTar.push(
         await time(async () => {
           const body = Readable.fromWeb((await sandbox.files.download('/root/tree')) as WebReadableStream<Uint8Array>);
@@ -113,6 +121,7 @@ export async function benchFiles(
       await sandbox.files.remove('/root/tree', { recursive: true });
       const hostCopy = join(extractDir, 'tree.host');
       await mkdir(hostCopy);
+      settleWriteback();
       hostTar.push(
         await time(async () =>
           execFileSync('sh', ['-c', `tar -cf - -C '${tree}' . | tar -xf - -C '${hostCopy}'`], { stdio: 'ignore' }),
@@ -180,6 +189,19 @@ export async function benchFiles(
       'baseline for the upload row',
     ),
   ];
+}
+
+/**
+ * Write back every dirty page on the host (`sync`, not timed) so each timed row starts from the same state: no
+ * dirty data left by the harness (its 2 GiB input written just before the first upload) or by the row before (a
+ * 2 GiB upload still dirty in the sandbox's page cache when the download runs, the download's own file, `cp`'s
+ * copy). Without it a 2 GiB write that starts with ~2 GiB already dirty crosses the kernel's dirty limits
+ * (vm.dirty_background_ratio 10 % of ~22 GiB here) and is paced at the disk's write speed (~200-250 MB/s on this VM)
+ * whatever Burrow does: measured 109-200 MB/s against 300-545 MB/s from a clean start at the same load
+ * (session 6). That was the bimodal upload row (~4 s or ~10 s per 2 GiB) and part of the tree rows' run-to-run drift.
+ */
+function settleWriteback(): void {
+  execFileSync('sync');
 }
 
 /** Forks bench/files-client.ts connected to `sandboxId`; `transfer` answers the client's own duration in ms. */
