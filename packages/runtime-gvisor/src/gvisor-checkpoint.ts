@@ -242,10 +242,10 @@ export class GvisorCheckpointer {
     timer.mark('checkpoint');
     crashPoint('pause:after-checkpoint');
     // Nothing may run between the checkpoint and the end of the sentry: the disk must match the image. The sandbox
-    // is held still, so its host overlay is unmounted while the sentry dies (the disk is frozen only once the gofer
-    // has exited and the loop device is gone, in releaseContainer).
-    await Promise.all([killAndWait(state.pid), unmountStrict(paths.rootfs)]);
-    timer.mark('killAndUnmountOverlay');
+    // is held still, so the host's overlay and disk mounts are undone while the sentry dies (they never froze
+    // anything: the disk is frozen once the gofer has exited and the loop device is gone, in releaseContainer).
+    await Promise.all([killAndWait(state.pid), unmountStrict(paths.rootfs).then(() => unmountStrict(paths.diskDir))]);
+    timer.mark('killAndUnmount');
     crashPoint('pause:after-kill');
     await this.releaseContainer(sandboxId, { wait: false, timer });
     // Sealed with fingerprints (inode, size, mtime, ctime) now, checksummed in the background: a local resume checks
