@@ -81,6 +81,9 @@ export function registerSandboxRoutes(app: ZodApp, services: Services): void {
         body: ExecRequestSchema,
         response: { 200: ExecResultSchema, ...ERROR_RESPONSES },
       },
+      // The answer is ExecService's own typed ExecResult: checking it again with zod ran z.base64()'s regex over the
+      // output, ~4.7 ms per MiB (up to ~100 ms at the 16 MiB cap) before the first byte went out.
+      serializerCompiler: () => (data) => JSON.stringify(data),
     },
     async (request) => services.exec.run(principalOf(request), request.params.id, request.body),
   );
