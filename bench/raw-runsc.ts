@@ -3,10 +3,10 @@
  * directly with runsc commands (no server, no database, no HTTP, no cgroup or disk-image setup).
  */
 import { execFile, spawn } from 'node:child_process';
-import { mkdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { RESTORE_BUFFERED_MAX_BYTES } from '@burrow/runtime-gvisor';
+import { restoreReadFlags } from '@burrow/runtime-gvisor';
 
 const run = promisify(execFile);
 
@@ -120,16 +120,14 @@ export class RawRunsc {
   }
 
   /**
-   * The raw resume: mount again, `runsc restore --detach`, with `--direct` by the driver's rule (only for a pages file
-   * over {@link RESTORE_BUFFERED_MAX_BYTES}), so ours and raw read the image the same way.
+   * The raw resume: mount again, `runsc restore --detach`, with the driver's read flags ({@link restoreReadFlags}:
+   * `--direct` only for a pages file over 32 MiB), so ours and raw read the image the same way.
    */
   async restore(id: string, imageDir: string): Promise<void> {
     await this.bundle(id);
-    const pages = await stat(join(imageDir, 'pages.img')).catch(() => null);
-    const direct = pages !== null && pages.size <= RESTORE_BUFFERED_MAX_BYTES ? [] : ['--direct'];
     await this.runscDetached(
       'restore',
-      ...direct,
+      ...(await restoreReadFlags(imageDir)),
       `--image-path=${imageDir}`,
       '--bundle',
       join(this.workDir, id),

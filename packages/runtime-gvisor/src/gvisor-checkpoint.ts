@@ -121,8 +121,11 @@ export const SPAWNER_ARGV = [
  */
 export const RESTORE_BUFFERED_MAX_BYTES = 32 * 1024 * 1024;
 
-/** `['--direct']` for a restore of `imageDir`, or none when its pages file is at most {@link RESTORE_BUFFERED_MAX_BYTES}. */
-async function restoreReadFlags(imageDir: string): Promise<string[]> {
+/**
+ * The read flags of a `runsc restore` of `imageDir`: `['--direct']`, or `[]` when its `pages.img` is at most
+ * {@link RESTORE_BUFFERED_MAX_BYTES}. Exported so the bench's raw baseline restores by the same rule.
+ */
+export async function restoreReadFlags(imageDir: string): Promise<string[]> {
   const pages = await stat(join(imageDir, 'pages.img')).catch(() => null);
   return pages !== null && pages.size <= RESTORE_BUFFERED_MAX_BYTES ? [] : ['--direct'];
 }

@@ -1,4 +1,4 @@
-export { HostSocketOpenError, RESTORE_BUFFERED_MAX_BYTES } from './gvisor-checkpoint.js';
+export { HostSocketOpenError, RESTORE_BUFFERED_MAX_BYTES, restoreReadFlags } from './gvisor-checkpoint.js';
 export { type DriverLogger, GvisorDriver, type GvisorDriverOptions } from './gvisor-driver.js';
 export type { GvisorPlatform } from './runsc-cli.js';
 export {
