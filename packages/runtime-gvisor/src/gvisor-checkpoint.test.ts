@@ -35,6 +35,18 @@ const ASK = [
   // Bounded: a request that hangs fails the test in 20 s instead of waiting out the test's timeout.
   'import urllib.request;print(urllib.request.urlopen("http://127.0.0.1:8080", timeout=20).read().decode())',
 ];
+/**
+ * Write a `runsc` wrapper script into `dir` that runs the shell `action` (with `"$@"` the runsc arguments) when
+ * `subcommand` is one of its arguments, and runs runsc unchanged otherwise (or after an action that does not exit).
+ * @returns the wrapper's path, for `GvisorDriver`'s `runscPath`
+ */
+async function runscWrapper(dir: string, subcommand: string, action: string): Promise<string> {
+  const path = join(dir, 'runsc');
+  const script = `#!/bin/sh\nfor a in "$@"; do\n  if [ "$a" = ${subcommand} ]; then\n    ${action}\n  fi\ndone\nexec runsc "$@"\n`;
+  await writeFile(path, script, { mode: 0o755 });
+  return path;
+}
+
 /** Exits 0 once something listens on 127.0.0.1:8080 (0x1F90) inside the sandbox. */
 const LISTENING = ['sh', '-c', "grep -q '0100007F:1F90 00000000:0000 0A' /proc/net/tcp"];
 
@@ -201,12 +213,11 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     // ("stopped right after restore"): the image saved a sandbox that could open no file. A wrapper kills the gofer
     // as `runsc checkpoint` ends, before the driver goes on.
     const dir = await mkdtemp(join(tmpdir(), 'burrow-gofer-dies-'));
-    const wrapper = join(dir, 'runsc');
     const goferPidFile = join(dir, 'gofer.pid');
-    await writeFile(
-      wrapper,
-      `#!/bin/sh\nfor a in "$@"; do\n  if [ "$a" = checkpoint ]; then runsc "$@"; rc=$?; kill -9 "$(cat "${goferPidFile}")"; exit $rc; fi\ndone\nexec runsc "$@"\n`,
-      { mode: 0o755 },
+    const wrapper = await runscWrapper(
+      dir,
+      'checkpoint',
+      `runsc "$@"; rc=$?; kill -9 "$(cat "${goferPidFile}")"; exit $rc`,
     );
     const wrapped = new GvisorDriver({ dataDir: join(dir, 'data'), maxProcesses: 256, runscPath: wrapper });
     const id = testSandboxId();
@@ -271,11 +282,10 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     // "altered" and the sandbox's memory was lost. A runsc wrapper fails the first restore on purpose here.
     const flakyDir = await mkdtemp(join(tmpdir(), 'burrow-flaky-restore-'));
     const marker = join(flakyDir, 'fail-next-restore');
-    const wrapper = join(flakyDir, 'runsc');
-    await writeFile(
-      wrapper,
-      `#!/bin/sh\nfor a in "$@"; do\n  if [ "$a" = restore ] && rm "${marker}" 2>/dev/null; then echo 'injected restore failure' >&2; exit 128; fi\ndone\nexec runsc "$@"\n`,
-      { mode: 0o755 },
+    const wrapper = await runscWrapper(
+      flakyDir,
+      'restore',
+      `if rm "${marker}" 2>/dev/null; then echo 'injected restore failure' >&2; exit 128; fi`,
     );
     const flaky = new GvisorDriver({ dataDir: join(flakyDir, 'data'), maxProcesses: 256, runscPath: wrapper });
     const id = testSandboxId();
@@ -304,13 +314,8 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     // Chaos seed 1557491096: a server killed 182 ms into a start left the container `created`; the restarted server
     // saw it as running and nothing ever started it. A wrapper holds `runsc start` here, as the crash did.
     const dir = await mkdtemp(join(tmpdir(), 'burrow-held-start-'));
-    const wrapper = join(dir, 'runsc');
     const holdPid = join(dir, 'hold.pid');
-    await writeFile(
-      wrapper,
-      `#!/bin/sh\nfor a in "$@"; do\n  if [ "$a" = start ]; then echo $$ > "${holdPid}"; exec sleep 600; fi\ndone\nexec runsc "$@"\n`,
-      { mode: 0o755 },
-    );
+    const wrapper = await runscWrapper(dir, 'start', `echo $$ > "${holdPid}"; exec sleep 600`);
     const dataDir2 = join(dir, 'data');
     const first = new GvisorDriver({ dataDir: dataDir2, maxProcesses: 256, runscPath: wrapper, execAgent: false });
     const id = testSandboxId();
