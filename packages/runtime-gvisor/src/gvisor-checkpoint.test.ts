@@ -8,7 +8,7 @@ import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { SPAWN_FIFO } from './gvisor-checkpoint.js';
 import { GvisorDriver } from './gvisor-driver.js';
-import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
+import { findSandboxCgroups, loopDevicesUnder, mountsUnder, runtimeProcesses } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
 import { buildTemplate } from './template-builder.js';
 
@@ -224,12 +224,9 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     try {
       await wrapped.create(options(id));
       const pidsCgroup = (await findSandboxCgroups('/sys/fs/cgroup', id)).find((d) => d.includes('/pids/')) ?? '';
-      const sentry = (await new RunscCli('runsc', join(dir, 'data', 'runsc'), 'systrap').state(id))?.pid ?? -1;
-      for (const pid of (await readFile(join(pidsCgroup, 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean)) {
-        const argv = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-        if (Number(pid) !== sentry && argv.split('\0').includes('gofer')) await writeFile(goferPidFile, pid);
-      }
-      expect(Number(await readFile(goferPidFile, 'utf8'))).toBeGreaterThan(0);
+      const gofer = (await runtimeProcesses(pidsCgroup)).find((p) => p.role === 'gofer')?.pid ?? 0;
+      expect(gofer).toBeGreaterThan(0);
+      await writeFile(goferPidFile, String(gofer));
       await expect(wrapped.pause(id)).rejects.toThrow(/gofer/);
       expect((await wrapped.observe(id)).status).not.toBe('paused');
       expect(await readdir(join(dir, 'data', 'sandboxes', id, 'checkpoint')).catch(() => [])).toEqual([]);
