@@ -1,5 +1,5 @@
 import { ErrorCode, type ExecResult, type ExitInfo } from '@burrow/contract';
-import { BurrowError, ClientErrorCode } from './errors.js';
+import { BurrowError, ClientErrorCode, ProtocolError } from './errors.js';
 
 /** How a command ended and what it printed. Output is kept as bytes and as UTF-8 text. */
 export interface CommandResult extends ExitInfo {
@@ -58,8 +58,8 @@ export class CommandExitError extends BurrowError {
 
 /** Builds a {@link CommandResult} from the non-streaming wire result. */
 export function resultFromWire(wire: ExecResult): CommandResult {
-  const stdoutBytes = fromBase64(wire.stdout);
-  const stderrBytes = fromBase64(wire.stderr);
+  const stdoutBytes = fromBase64Strict(wire.stdout);
+  const stderrBytes = fromBase64Strict(wire.stderr);
   return {
     exitCode: wire.exitCode,
     signal: wire.signal,
@@ -77,6 +77,24 @@ export function resultFromWire(wire: ExecResult): CommandResult {
 export function fromBase64(text: string): Uint8Array {
   const buffer = Buffer.from(text, 'base64');
   return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+}
+
+/**
+ * Decodes padded base64 that the caller did not check with `z.base64()` (its regex and `atob` over a large output
+ * cost more than the decoding): a length that is not a multiple of 4, or any character outside the alphabet (which
+ * `Buffer.from` would skip), makes the decoded size differ from the one the length implies.
+ * @throws ProtocolError `protocol_error` when `text` is not padded base64
+ */
+export function fromBase64Strict(text: string): Uint8Array {
+  const bytes = fromBase64(text);
+  const padding = text.endsWith('==') ? 2 : text.endsWith('=') ? 1 : 0;
+  if (text.length % 4 !== 0 || bytes.byteLength !== (text.length / 4) * 3 - padding) {
+    throw new ProtocolError('the server sent output that is not base64', {
+      code: ClientErrorCode.protocolError,
+      hint: 'the SDK and the server are probably different versions',
+    });
+  }
+  return bytes;
 }
 
 /** Concatenates chunks into one `Uint8Array`. */
