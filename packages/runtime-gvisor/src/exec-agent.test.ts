@@ -137,6 +137,19 @@ describe('exec agent (real runsc)', { timeout: 240_000 }, () => {
     expect(missing.stdout.toString()).toBe('');
   });
 
+  it('opens a spare data connection while a command runs past 200 ms (the next exec needs no connect)', async () => {
+    // Sockets of the agent: its control connection, this command's data connection, and once this command ran
+    // 200 ms the spare (docs/exec-protocol.md §4). Without spares it stays at 2 and the loop gives up after 5 s.
+    const script = [
+      'P=$(pgrep -xo burrow-agent)',
+      'for i in $(seq 50); do sleep 0.1; n=$(ls -l /proc/$P/fd | grep -c socket:); [ "$n" -ge 3 ] && break; done',
+      'echo "$n"',
+    ].join('; ');
+    const run = await runInSandbox(driver, sandboxId, ['sh', '-c', script]);
+    expect(run).toMatchObject({ exitCode: 0, signal: null });
+    expect(Number(run.stdout.toString())).toBe(3);
+  });
+
   it('kills the whole process group, and stdin flows both ways', async () => {
     const process = await driver.exec(sandboxId, {
       argv: ['sh', '-c', 'sleep 60 & sleep 60 & cat; wait'],
