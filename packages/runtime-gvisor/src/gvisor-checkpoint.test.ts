@@ -369,7 +369,7 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
       expect(pid).toBe(parentPid);
       expect(await sh(child.sandboxId, 'cat /root/who')).toBe('parent');
       await sh(child.sandboxId, `echo ${child.sandboxId} > /root/who`);
-      expect(await sh(child.sandboxId, 'hostname')).toBe(child.hostname);
+      expect(await sh(child.sandboxId, 'hostname; cat /etc/hostname')).toBe(`${child.hostname}\n${child.hostname}`);
       // Its own name resolves (the disk copy's /etc/hosts named the parent).
       expect(await sh(child.sandboxId, `getent hosts ${child.hostname}`)).toMatch(/^127\.0\.1\.1\s/);
       randoms.add(await sh(child.sandboxId, 'head -c16 /dev/urandom | od -An -tx1'));

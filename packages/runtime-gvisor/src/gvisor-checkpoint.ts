@@ -632,14 +632,16 @@ export class GvisorCheckpointer {
   }
 
   /**
-   * Give a restored child its own hostname (the UTS namespace is part of the image), and its /etc/hosts line for
-   * 127.0.1.1 (Debian's line for the machine's own name; the disk copy still named the parent) when there is one.
+   * Give a restored child its own hostname (the UTS namespace is part of the image), its /etc/hosts line for
+   * 127.0.1.1 (Debian's line for the machine's own name; the disk copy still named the parent) when there is one,
+   * and its /etc/hostname when that file named the parent (a sandbox's own different content is kept).
    */
   private async setHostname(sandboxId: string, hostname: string): Promise<void> {
     const script =
-      'hostname "$1" || exit 1; f=/etc/hosts; ' +
+      'old=$(hostname); hostname "$1" || exit 1; f=/etc/hosts; ' +
       'if [ -f "$f" ] && [ ! -L "$f" ] && grep -q "^127\\.0\\.1\\.1[[:space:]]" "$f"; then ' +
-      'sed -i "s/^127\\.0\\.1\\.1[[:space:]].*/127.0.1.1\t$1/" "$f"; fi';
+      'sed -i "s/^127\\.0\\.1\\.1[[:space:]].*/127.0.1.1\t$1/" "$f"; fi; f=/etc/hostname; ' +
+      'if [ -f "$f" ] && [ ! -L "$f" ] && [ "$(cat "$f")" = "$old" ]; then printf "%s\\n" "$1" > "$f"; fi';
     // Only names a hosts file and sed's replacement take as they are (ours are `sbx-...`).
     const argv = HOSTNAME_PATTERN.test(hostname) ? ['/bin/sh', '-c', script, 'sh', hostname] : ['hostname', hostname];
     const result = await this.host.runsc.run(['exec', '--cap', 'CAP_SYS_ADMIN', sandboxId, ...argv]);
