@@ -360,14 +360,21 @@ static void start_exec(char *payload, uint32_t len, int sock) {
     fields[count++] = p;
     p = z + 1;
   }
-  if (count < 5) return;
+  /* A malformed frame starts nothing; a spare it came on is closed (the host's start limit ends its side). */
+  if (count < 5) {
+    if (sock >= 0) close(sock);
+    return;
+  }
   const char *id = fields[0];
   const char *cwd = fields[1];
   int has_user = fields[2][0] != 0;
   uid_t uid = (uid_t)strtoul(fields[2], NULL, 10);
   gid_t gid = (gid_t)strtoul(fields[3], NULL, 10);
   int argc = atoi(fields[4]);
-  if (argc < 1 || 5 + argc > count) return;
+  if (argc < 1 || 5 + argc > count) {
+    if (sock >= 0) close(sock);
+    return;
+  }
   char **argv = &fields[5];
   char *saved_after_argv = 5 + argc < count ? fields[5 + argc] : NULL;
   fields[5 + argc] = NULL; /* argv terminator; env follows */
