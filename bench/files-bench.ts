@@ -129,6 +129,20 @@ export async function benchFiles(
       );
       await rm(hostCopy, { recursive: true });
     }
+    // Each sample in order, for telling a cold first sample from noise (p50 of 3 hides which one was slow).
+    const order = (name: string, ms: number[]) => `${name} ${ms.map((v) => Math.round(v)).join(' / ')}`;
+    options.log(
+      `files: samples in order, ms: ${[
+        order('upload', up),
+        order('download', down),
+        order('tree up', treeUp),
+        order('tree down', treeDown),
+        order('tree down tar', treeDownTar),
+        order('host tar', hostTar),
+        order('dd', ddDisk),
+        order('cp', cp),
+      ].join('; ')}`,
+    );
   } finally {
     client.close();
     await sandbox.delete().catch(() => undefined);
