@@ -17,7 +17,6 @@ import {
 import type { Readable } from 'node:stream';
 import type { ErrorCode, FileInfo } from '@burrow/contract';
 import { FileReadStream } from './file-read-stream.js';
-import { streamChunks } from './stream-chunks.js';
 
 /** A file call failed; `code` is the API error code to answer with. */
 export class FsError extends Error {
@@ -412,8 +411,7 @@ export class SandboxFs {
 /**
  * Write everything `source` yields to `fh` at its position, gathering small chunks (network reads are often 64 KiB)
  * into writes of about {@link IO_CHUNK_BYTES}. One write is in flight on the thread pool while the next batch is
- * gathered (receiving and writing overlap), so at most two batches (and 1 MiB received ahead) are in memory. A Node
- * byte stream is read chunk by chunk ({@link streamChunks}), never concatenated. A failed write (for example
+ * gathered (receiving and writing overlap), so at most two batches are in memory. A failed write (for example
  * `ENOSPC`) stops reading `source` at the next batch and is thrown.
  * @returns the bytes written
  */
@@ -443,7 +441,7 @@ export async function writeCoalesced(fh: FileHandle, source: AsyncIterable<unkno
     total += bytes;
   };
   try {
-    for await (const chunk of streamChunks(source, IO_CHUNK_BYTES)) {
+    for await (const chunk of source) {
       const buf = Buffer.isBuffer(chunk)
         ? chunk
         : typeof chunk === 'string'
