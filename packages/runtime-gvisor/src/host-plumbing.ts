@@ -26,49 +26,9 @@ export async function createDiskImage(imagePath: string, sizeMiB: number): Promi
   await mustRun('mkfs.ext4', [...MKFS_ARGS, imagePath], 'mkfs.ext4');
 }
 
-/**
- * Mount an ext4 image through a new loop device with direct I/O (`losetup --direct-io=on`: the loop driver reads
- * and writes the image with O_DIRECT), detached automatically once the last user lets go (autoclear).
- *
- * Direct I/O, not `mount -o loop`: a buffered loop device caches every block twice (the inner ext4's page cache and
- * the image file's on the host ext4), so writeback of the sandbox's dirty pages only moves them into a second set
- * of dirty pages, a 2 GiB upload costs 4 GiB of page cache and an extra memcpy per byte, and those second dirty
- * pages outlive a deleted file in the sandbox (they are the image's blocks). With direct I/O the sandbox's own page
- * cache is the only one. `mount -o loop` cannot ask for direct I/O, so the device is attached first, mounted, then
- * `losetup -d` while mounted marks it autoclear: the kernel detaches it when the mount and the sandbox's mount
- * namespaces (gofer, sentry) have all let it go, as `mount -o loop` did; {@link loopDevicesUnder} still finds it
- * until then. A kernel or backing file system that refuses direct I/O is not an error: the device is attached
- * buffered (losetup falls back) and {@link loopDirectIo} reports it.
- * @throws RuntimeError when attaching or mounting fails (the device is detached again)
- */
+/** Mount an ext4 image through a new loop device (detached automatically on unmount). */
 export async function mountDiskImage(imagePath: string, mountDir: string): Promise<void> {
-  const device = (
-    await mustRun('losetup', ['--find', '--show', '--direct-io=on', imagePath], 'attaching the disk image')
-  ).trim();
-  try {
-    await mustRun('mount', ['-t', 'ext4', '-o', 'nodev,nosuid', device, mountDir], 'mounting the disk image');
-  } catch (error) {
-    await runCommand('losetup', ['-d', device]);
-    throw error;
-  }
-  // Mounted: this only sets autoclear (the kernel refuses to detach a device in use, and detaches it at last close).
-  await mustRun('losetup', ['-d', device], 'marking the disk image loop device autoclear');
-}
-
-/** Whether a loop device (`/dev/loopN`) reads and writes its backing file with direct I/O; false when it is gone. */
-export async function loopDirectIo(device: string): Promise<boolean> {
-  const text = await readFile(join('/sys/block', device.replace(/^\/dev\//, ''), 'loop', 'dio'), 'utf8').catch(
-    () => '',
-  );
-  return text.trim() === '1';
-}
-
-/** Whether a loop device (`/dev/loopN`) is detached automatically at its last close; false when it is gone. */
-export async function loopAutoclear(device: string): Promise<boolean> {
-  const text = await readFile(join('/sys/block', device.replace(/^\/dev\//, ''), 'loop', 'autoclear'), 'utf8').catch(
-    () => '',
-  );
-  return text.trim() === '1';
+  await mustRun('mount', ['-t', 'ext4', '-o', 'loop,nodev,nosuid', imagePath, mountDir], 'mounting the disk image');
 }
 
 /**
