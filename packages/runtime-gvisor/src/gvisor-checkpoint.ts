@@ -26,7 +26,7 @@ import {
   verifyState,
   writeManifest,
 } from './checkpoint-files.js';
-import { HOSTNAME_PATTERN } from './guest-hosts-file.js';
+import { HOSTNAME_PATTERN } from './guest-identity-files.js';
 import {
   detachLoopDevices,
   loopDevicesUnder,

@@ -26,7 +26,7 @@ import {
 import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
 import { AgentHub, AgentStartError } from './agent-hub.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
-import { ensureGuestIdentity } from './guest-hosts-file.js';
+import { ensureGuestIdentity } from './guest-identity-files.js';
 import { GvisorCheckpointer, HostSocketOpenError, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
   cgroupChildren,

@@ -3,7 +3,7 @@ import { lstat, mkdir, mkdtemp, readFile, readlink, rm, symlink, writeFile } fro
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ensureGuestIdentity, etcHostsFor, GUEST_RESOLV_CONF } from './guest-hosts-file.js';
+import { ensureGuestIdentity, etcHostsFor, GUEST_RESOLV_CONF } from './guest-identity-files.js';
 
 describe('ensureGuestIdentity', () => {
   let dir = '';
