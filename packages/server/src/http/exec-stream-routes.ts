@@ -7,6 +7,7 @@ import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
 import { mapError } from './error-mapping.js';
 import { principalOf } from './principal.js';
+import { sendPrefixedBinary } from './ws-prefixed-frame.js';
 import type { ZodApp } from './zod-app.js';
 
 /** Pause process output when this many bytes wait in the socket buffer. */
@@ -144,10 +145,9 @@ class ExecSession {
   }
 
   private pipe(stream: NodeJS.ReadableStream & { pause(): void; resume(): void }, channel: number): void {
-    const header = Buffer.from([channel]);
     stream.on('data', (chunk: Buffer) => {
       if (this.socket.readyState !== this.socket.OPEN) return;
-      this.socket.send(Buffer.concat([header, chunk]), { binary: true }, () => {
+      sendPrefixedBinary(this.socket, channel, chunk, () => {
         if (this.socket.bufferedAmount < LOW_WATER_BYTES) this.process?.stdout.resume();
         if (this.socket.bufferedAmount < LOW_WATER_BYTES) this.process?.stderr.resume();
       });
