@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
+import { link, mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -27,16 +27,8 @@ import {
   writeManifest,
 } from './checkpoint-files.js';
 import { HOSTNAME_PATTERN } from './guest-identity-files.js';
-import {
-  detachLoopDevices,
-  loopDevicesUnder,
-  mountsUnder,
-  mustRun,
-  preferStubsForOomKill,
-  processAlive,
-  unmountAll,
-} from './host-plumbing.js';
-import { abortError, tail } from './run-command.js';
+import { loopDevicesUnder, mountsUnder, mustRun, preferStubsForOomKill, processAlive } from './host-plumbing.js';
+import { abortError, runCommand, tail } from './run-command.js';
 import type { RunscCli } from './runsc-cli.js';
 
 /** Undo steps of a half-done operation, run in reverse. */
@@ -247,7 +239,7 @@ export class GvisorCheckpointer {
     // Nothing may run between the checkpoint and the end of the sentry: the disk must match the image. The sandbox
     // is held still, so the host's overlay and disk mounts are undone while the sentry dies (they never froze
     // anything: the disk is frozen once the gofer has exited and the loop device is gone, in releaseContainer).
-    await Promise.all([killAndWait(state.pid), unmountStrict(paths.rootfs).then(() => unmountStrict(paths.diskDir))]);
+    await Promise.all([killAndWait(state.pid), unmountStrict(paths.rootfs, paths.diskDir)]);
     timer.mark('killAndUnmount');
     crashPoint('pause:after-kill');
     await this.releaseContainer(sandboxId, { wait: false, timer });
@@ -369,12 +361,15 @@ export class GvisorCheckpointer {
    * {@link createFromSnapshot} from a state `source` the caller verified (or made itself, just now).
    * @param takeDisk move `source`'s disk image instead of copying it: only for a fork point of this call with a
    *   single child (nothing else reads that disk, and the point is removed after)
+   * @param identities a fork's list of pending identity steps: the child's hostname `runsc exec` is pushed there
+   *   (it never rejects) instead of being awaited, so the fork's next restore starts meanwhile; the fork awaits them
    */
   private async createFrom(
     source: StateLocation,
     options: Omit<CreateFromSnapshotOptions, 'sourceDir'>,
     timer?: StepTimer,
     takeDisk = false,
+    identities?: Array<Promise<void>>,
   ): Promise<void> {
     const paths = this.host.paths(options.sandboxId);
     if ((await this.host.runsc.state(options.sandboxId))?.status === 'running') return;
@@ -390,7 +385,18 @@ export class GvisorCheckpointer {
       if (takeDisk) await moveFile(source.diskPath, paths.image);
       else await copySparse(source.diskPath, paths.image);
       timer?.mark(takeDisk ? 'moveDisk' : 'copyDisk');
-      if (options.memory) {
+      if (options.memory && identities !== undefined) {
+        // The hostname `runsc exec` (a whole runsc CLI start, 150–400 ms under load) starts with the OOM preference
+        // walk, as below, but is not awaited here: the fork restores its next child meanwhile and awaits it before
+        // it returns. A stub process it adds is marked for the OOM killer after it (as after a `runsc exec`).
+        let hostname: Promise<void> = Promise.resolve();
+        const sentryPid = await this.restoreInto(options, source.imageDir, timer, async () => {
+          hostname = this.setHostname(options.sandboxId, options.hostname).catch((error: unknown) => {
+            this.host.warn({ sandboxId: options.sandboxId, err: error }, 'setting the hostname of a fork failed');
+          });
+        });
+        identities.push(hostname.then(() => preferStubsForOomKill(sentryPid).catch(() => undefined)));
+      } else if (options.memory) {
         // The hostname `runsc exec` (a whole runsc CLI start, 65–230 ms) runs while the OOM preferences are set.
         await this.restoreInto(options, source.imageDir, timer, () =>
           this.setHostname(options.sandboxId, options.hostname),
@@ -419,6 +425,8 @@ export class GvisorCheckpointer {
     const timer = new StepTimer();
     const childSteps: Array<Record<string, number>> = [];
     let parentContinues: Promise<void> = Promise.resolve();
+    /** Each restored child's hostname step (never rejects), awaited before the fork returns or undoes itself. */
+    const identities: Array<Promise<void>> = [];
     try {
       const point = await this.forkPoint(sandboxId, pointDir, timer);
       parentContinues = point.parentContinues;
@@ -436,18 +444,27 @@ export class GvisorCheckpointer {
             memory: true,
           };
           // A single child of a running parent takes the fork point's disk copy (a rename, not a second copy).
-          await this.createFrom(point.source, childOptions, childTimer, point.made && options.children.length === 1);
+          await this.createFrom(
+            point.source,
+            childOptions,
+            childTimer,
+            point.made && options.children.length === 1,
+            identities,
+          );
           childSteps.push({ totalMs: childTimer.totalMs(), ...childTimer.stepsMs });
           crashPoint('fork:after-first-child');
         }
       };
       await Promise.all(Array.from({ length: Math.min(FORK_CONCURRENCY, options.children.length) }, worker));
       timer.mark('children');
+      await Promise.all(identities);
+      timer.mark('hostnames');
       await parentContinues;
       timer.mark('parentContinued');
       crashPoint('fork:after-children');
     } catch (error) {
       await parentContinues;
+      await Promise.all(identities);
       for (const id of created) await this.host.delete(id).catch(() => undefined);
       throw error;
     } finally {
@@ -577,13 +594,14 @@ export class GvisorCheckpointer {
    * Restore an image into a fresh container of `options.sandboxId` on its mounted disk; undoes itself on failure.
    * @param alongside run once the container runs, concurrently with the host's `started` step (a fork child's
    *   hostname); the stubs it may add are marked for the OOM killer again afterwards, in the background
+   * @returns the host pid of the restored sandbox's sentry
    */
   private async restoreInto(
     options: CreateOptions,
     imageDir: string,
     timer?: StepTimer,
     alongside?: () => Promise<void>,
-  ): Promise<void> {
+  ): Promise<number> {
     const { sandboxId } = options;
     const paths = this.host.paths(sandboxId);
     const made: UndoList = [];
@@ -625,6 +643,7 @@ export class GvisorCheckpointer {
         // A stub process the step started meanwhile may have missed the walk: mark again, off the critical path.
         void preferStubsForOomKill(state.pid).catch(() => undefined);
       }
+      return state.pid;
     } catch (error) {
       for (const undo of made.reverse()) await undo().catch(() => undefined);
       throw error;
@@ -668,10 +687,8 @@ export class GvisorCheckpointer {
     const paths = this.host.paths(sandboxId);
     const pending = this.releasing.get(sandboxId);
     if (pending) await pending;
-    await unmountStrict(paths.rootfs);
-    options.timer?.mark('unmountOverlay');
-    await unmountStrict(paths.diskDir);
-    options.timer?.mark('unmountDisk');
+    await unmountStrict(paths.rootfs, paths.diskDir);
+    options.timer?.mark('unmount');
     await waitForDiskRelease(paths.dir);
     options.timer?.mark('waitDiskRelease');
     const teardown = (async () => {
@@ -871,14 +888,19 @@ async function dropAside(path: string, sandboxDir: string): Promise<void> {
   void rm(spent, { recursive: true, force: true }).catch(() => undefined);
 }
 
-/** Unmount everything under `dir`, retrying while busy; never lazily, so the disk really is released. */
-async function unmountStrict(dir: string): Promise<void> {
+/**
+ * Unmount everything under each of `dirs`, in that order (the overlay before the disk it lives on), retrying while
+ * busy; never lazily, so the disk really is released. One `umount` process takes every mount point (since session
+ * 7; it was one per point: each start is 5–40 ms here).
+ */
+async function unmountStrict(...dirs: string[]): Promise<void> {
   for (let attempt = 0; ; attempt++) {
-    const before = await mountsUnder(dir);
-    if (before.length === 0) return;
-    if (attempt === 50) throw new RuntimeError(`cannot unmount ${before.join(', ')}: busy`);
-    await unmountAll(dir, { lazy: false });
-    if ((await mountsUnder(dir)).length > 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    const points = (await Promise.all(dirs.map((dir) => mountsUnder(dir)))).flat();
+    if (points.length === 0) return;
+    if (attempt === 50) throw new RuntimeError(`cannot unmount ${points.join(', ')}: busy`);
+    if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    // A busy point fails alone (umount goes on with the next and exits non-zero): the loop looks again.
+    await runCommand('umount', points);
   }
 }
 
@@ -888,23 +910,32 @@ const DETACH_AGAIN_MS = 250;
 /**
  * Wait until the disk's loop device is gone. The gofer and sentry hold the filesystem in their own mount
  * namespaces, so it stays alive (and is written to at its final unmount) after the host unmount until they have
- * exited; only then is the disk image frozen. The device is marked autoclear (`losetup -d`, at once and every
- * {@link DETACH_AGAIN_MS} for one that was not), and its end is seen by polling sysfs every 5 ms: before session
- * 6 a `losetup -d` process was started every 10 ms of the wait, and under load each start delayed seeing the end.
+ * exited; only then is the disk image frozen. Its end is seen by polling sysfs every 5 ms. A device not yet marked
+ * autoclear is detached with `losetup -d` (at once and every {@link DETACH_AGAIN_MS}); one that is (`mount -o
+ * loop` marks it so) needs no `losetup` process (since session 7: it started one per pause, 5–40 ms here). Before
+ * session 6 a `losetup -d` process was started every 10 ms of the wait.
  */
 async function waitForDiskRelease(sandboxDir: string, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let detachAt = 0;
   for (;;) {
-    if (Date.now() >= detachAt) {
-      await detachLoopDevices(sandboxDir);
-      detachAt = Date.now() + DETACH_AGAIN_MS;
-    }
     const left = await loopDevicesUnder(sandboxDir);
     if (left.length === 0) return;
+    if (Date.now() >= detachAt) {
+      for (const device of left) {
+        if (!(await autoclearSet(device))) await runCommand('losetup', ['-d', device]);
+      }
+      detachAt = Date.now() + DETACH_AGAIN_MS;
+    }
     if (Date.now() > deadline) throw new RuntimeError(`the disk is still in use: ${left.join(', ')}`);
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
+}
+
+/** Whether the kernel detaches loop device `device` (`/dev/loopN`) at its last close (sysfs `loop/autoclear`). */
+async function autoclearSet(device: string): Promise<boolean> {
+  const flag = await readFile(`/sys/block/${device.slice('/dev/'.length)}/loop/autoclear`, 'utf8').catch(() => '');
+  return flag.trim() === '1';
 }
 
 /** Write back everything cached for the overlay and the disk, so a copy of the disk image sees it. */
