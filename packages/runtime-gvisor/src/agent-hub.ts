@@ -28,7 +28,7 @@ const OUTPUT_HIGH_WATER_BYTES = 1024 * 1024;
 export class AgentStartError extends RuntimeError {}
 
 /** A frame from or to the agent: `[type u8][length u32 BE][payload]`. */
-interface Frame {
+export interface Frame {
   type: string;
   payload: Buffer;
 }
@@ -68,61 +68,95 @@ interface AgentEndpoint {
 }
 
 /**
- * Reads frames from a socket; stops (and reports an error) on a frame above {@link MAX_FRAME_BYTES}. Chunks are
- * kept in a list until a whole frame is there: concatenating on every 64 KiB socket read copied a large output
- * frame 2.5 times over.
+ * Reads frames from a socket; stops (and reports an error) on a frame above {@link MAX_FRAME_BYTES}. A frame that
+ * lies inside one socket read is handed over as a slice of it (no copy); a larger one (output frames are up to 1 MiB,
+ * socket reads 64 KiB) is copied piece by piece, as the reads arrive, into a buffer of exactly its size allocated
+ * when its header is read. So every read is released at once, and a frame's buffer holds that frame only: merging
+ * the buffered reads at the end (the session 3 reader) copied the next frame's first bytes twice and kept each
+ * 1 MiB buffer alive until the next frame completed, long enough to be promoted and collected by a full GC.
+ * While `onFrame` is null the reader only queues what it is given (a connection not claimed yet).
+ * @internal exported for its unit test only
  */
-class FrameReader {
-  private chunks: Buffer[] = [];
-  private length = 0;
+export class FrameReader {
+  /** Reads not parsed yet: queued while `onFrame` is null. */
+  private queued: Buffer[] = [];
+  /** A header split between reads (fewer than 5 bytes). */
+  private head: Buffer | null = null;
+  /** The frame being filled: its type, its payload buffer and how much of it has arrived. */
+  private partial: { type: string; payload: Buffer; filled: number } | null = null;
   onFrame: ((frame: Frame) => void) | null = null;
 
   constructor(private readonly onBad: (reason: string) => void) {}
 
+  /** Inside `parse`: a push from a frame's consumer only queues (the rest of the current read comes first). */
+  private parsing = false;
+
   push(chunk: Buffer): void {
-    if (chunk.length > 0) {
-      this.chunks.push(chunk);
-      this.length += chunk.length;
+    if (chunk.length > 0) this.queued.push(chunk);
+    if (this.parsing) return;
+    this.parsing = true;
+    try {
+      while (this.onFrame !== null && this.queued.length > 0) {
+        const next = this.queued.shift() as Buffer;
+        const rest = this.parse(next);
+        if (rest === null) return;
+        if (rest.length > 0) this.queued.unshift(rest);
+      }
+    } finally {
+      this.parsing = false;
     }
-    while (this.length >= 5 && this.onFrame !== null) {
-      const head = this.contiguous(5);
-      const length = head.readUInt32BE(1);
+  }
+
+  /** Parse frames out of `chunk` while there is a consumer; returns what is left unparsed, or null when stopped. */
+  private parse(chunk: Buffer): Buffer | null {
+    let at = 0;
+    while (at < chunk.length && this.onFrame !== null) {
+      const partial = this.partial;
+      if (partial !== null) {
+        const take = Math.min(partial.payload.length - partial.filled, chunk.length - at);
+        chunk.copy(partial.payload, partial.filled, at, at + take);
+        partial.filled += take;
+        at += take;
+        if (partial.filled === partial.payload.length) {
+          this.partial = null;
+          this.onFrame({ type: partial.type, payload: partial.payload });
+        }
+        continue;
+      }
+      let header: Buffer;
+      if (this.head !== null || chunk.length - at < 5) {
+        const have = this.head ?? Buffer.alloc(0);
+        const take = Math.min(5 - have.length, chunk.length - at);
+        const joined = Buffer.concat([have, chunk.subarray(at, at + take)]);
+        at += take;
+        if (joined.length < 5) {
+          this.head = joined;
+          continue;
+        }
+        this.head = null;
+        header = joined;
+      } else {
+        header = chunk.subarray(at, at + 5);
+        at += 5;
+      }
+      const type = String.fromCharCode(header[0] ?? 0);
+      const length = header.readUInt32BE(1);
       if (length > MAX_FRAME_BYTES) {
         this.onBad(`frame of ${length} bytes`);
-        this.chunks = [];
-        this.length = 0;
-        return;
+        this.queued = [];
+        this.partial = null;
+        this.head = null;
+        return null;
       }
-      if (this.length < 5 + length) return;
-      const whole = this.contiguous(5 + length);
-      const frame = { type: String.fromCharCode(whole[0] ?? 0), payload: whole.subarray(5, 5 + length) };
-      this.consume(5 + length);
-      this.onFrame(frame);
-    }
-  }
-
-  /** The first `bytes` buffered bytes as one buffer (merging leading chunks only when they are split). */
-  private contiguous(bytes: number): Buffer {
-    const first = this.chunks[0] as Buffer;
-    if (first.length >= bytes) return first;
-    const merged = Buffer.concat(this.chunks);
-    this.chunks = [merged];
-    return merged;
-  }
-
-  private consume(bytes: number): void {
-    let left = bytes;
-    while (left > 0) {
-      const first = this.chunks[0] as Buffer;
-      if (first.length <= left) {
-        this.chunks.shift();
-        left -= first.length;
+      if (chunk.length - at >= length) {
+        const payload = chunk.subarray(at, at + length);
+        at += length;
+        this.onFrame({ type, payload });
       } else {
-        this.chunks[0] = first.subarray(left);
-        left = 0;
+        this.partial = { type, payload: Buffer.allocUnsafe(length), filled: 0 };
       }
     }
-    this.length -= bytes;
+    return chunk.subarray(at);
   }
 }
 
