@@ -359,18 +359,25 @@ export class GvisorCheckpointer {
 
   /**
    * {@link createFromSnapshot} from a state `source` the caller verified (or made itself, just now).
-   * @param takeDisk move `source`'s disk image instead of copying it: only for a fork point of this call with a
-   *   single child (nothing else reads that disk, and the point is removed after)
-   * @param identities a fork's list of pending identity steps: the child's hostname `runsc exec` is pushed there
-   *   (it never rejects) instead of being awaited, so the fork's next restore starts meanwhile; the fork awaits them
+   * @param fork.takeDisk move `source`'s disk image instead of copying it: only for a fork point of this call with
+   *   a single child (nothing else reads that disk, and the point is removed after)
+   * @param fork.diskCopied the child's disk copy made ahead by the fork (see {@link copyDisksAhead}): awaited
+   *   instead of copying here
+   * @param fork.identities a fork's list of pending identity steps: the child's hostname `runsc exec` is pushed
+   *   there (it never rejects) instead of being awaited, so the fork's next restore starts meanwhile; the fork
+   *   awaits them
    */
   private async createFrom(
     source: StateLocation,
     options: Omit<CreateFromSnapshotOptions, 'sourceDir'>,
-    timer?: StepTimer,
-    takeDisk = false,
-    identities?: Array<Promise<void>>,
+    fork: {
+      timer?: StepTimer;
+      takeDisk?: boolean;
+      diskCopied?: Promise<void> | undefined;
+      identities?: Array<Promise<void>>;
+    } = {},
   ): Promise<void> {
+    const { timer, identities } = fork;
     const paths = this.host.paths(options.sandboxId);
     if ((await this.host.runsc.state(options.sandboxId))?.status === 'running') return;
     const made: UndoList = [];
@@ -380,11 +387,16 @@ export class GvisorCheckpointer {
         () => false,
       );
       if (!existed) made.push(() => this.host.delete(options.sandboxId));
-      await mkdir(paths.dir, { recursive: true });
-      await rm(paths.image, { force: true });
-      if (takeDisk) await moveFile(source.diskPath, paths.image);
-      else await copySparse(source.diskPath, paths.image);
-      timer?.mark(takeDisk ? 'moveDisk' : 'copyDisk');
+      if (fork.diskCopied !== undefined) {
+        await fork.diskCopied;
+        timer?.mark('waitDiskCopy');
+      } else {
+        await mkdir(paths.dir, { recursive: true });
+        await rm(paths.image, { force: true });
+        if (fork.takeDisk === true) await moveFile(source.diskPath, paths.image);
+        else await copySparse(source.diskPath, paths.image);
+        timer?.mark(fork.takeDisk === true ? 'moveDisk' : 'copyDisk');
+      }
       if (options.memory && identities !== undefined) {
         // The hostname `runsc exec` (a whole runsc CLI start, 150–400 ms under load) starts with the OOM preference
         // walk, as below, but is not awaited here: the fork restores its next child meanwhile and awaits it before
@@ -421,20 +433,28 @@ export class GvisorCheckpointer {
   async fork(sandboxId: string, options: ForkOptions): Promise<void> {
     const paths = this.host.paths(sandboxId);
     const pointDir = join(paths.dir, `fork-${randomBytes(6).toString('hex')}`);
-    const created: string[] = [];
+    const created = new Set<string>();
     const timer = new StepTimer();
     const childSteps: Array<Record<string, number>> = [];
     let parentContinues: Promise<void> = Promise.resolve();
     /** Each restored child's hostname step (never rejects), awaited before the fork returns or undoes itself. */
     const identities: Array<Promise<void>> = [];
+    /** The disk copies made ahead of the restores (one after another), settled before the fork returns or undoes. */
+    let copies: { byChild: Map<string, Promise<void>>; all: Promise<unknown> } = {
+      byChild: new Map(),
+      all: Promise.resolve(),
+    };
     try {
       const point = await this.forkPoint(sandboxId, pointDir, timer);
       parentContinues = point.parentContinues;
+      // A single child of a running parent takes the fork point's disk copy (a rename, not a second copy).
+      const takeDisk = point.made && options.children.length === 1;
+      if (!takeDisk) copies = this.copyDisksAhead(point.source, options, created);
       const queue = [...options.children];
       const worker = async (): Promise<void> => {
         for (let child = queue.shift(); child !== undefined; child = queue.shift()) {
           if (options.signal?.aborted) throw abortError(options.signal);
-          created.push(child.sandboxId);
+          created.add(child.sandboxId);
           const childTimer = new StepTimer();
           const childOptions = {
             sandboxId: child.sandboxId,
@@ -443,14 +463,12 @@ export class GvisorCheckpointer {
             resources: options.resources,
             memory: true,
           };
-          // A single child of a running parent takes the fork point's disk copy (a rename, not a second copy).
-          await this.createFrom(
-            point.source,
-            childOptions,
-            childTimer,
-            point.made && options.children.length === 1,
+          await this.createFrom(point.source, childOptions, {
+            timer: childTimer,
+            takeDisk,
+            diskCopied: copies.byChild.get(child.sandboxId),
             identities,
-          );
+          });
           childSteps.push({ totalMs: childTimer.totalMs(), ...childTimer.stepsMs });
           crashPoint('fork:after-first-child');
         }
@@ -465,6 +483,7 @@ export class GvisorCheckpointer {
     } catch (error) {
       await parentContinues;
       await Promise.all(identities);
+      await copies.all;
       for (const id of created) await this.host.delete(id).catch(() => undefined);
       throw error;
     } finally {
@@ -475,6 +494,38 @@ export class GvisorCheckpointer {
         'fork steps',
       );
     }
+  }
+
+  /**
+   * Copy the fork source's disk for every child, one copy after another, ahead of the restores: a child's worker
+   * then waits only for its own copy, and the copies of later children are made while earlier ones restore (the
+   * restores are CPU-bound, a sparse copy mostly waits on a `cp` process and the disk). Each child is added to
+   * `created` before its directory is made, so an undone fork removes it. A failed or aborted copy fails its child
+   * and every later one (their copies never start).
+   * @returns each child's copy (its worker awaits it) and the whole chain, which never rejects
+   */
+  private copyDisksAhead(
+    source: StateLocation,
+    options: ForkOptions,
+    created: Set<string>,
+  ): { byChild: Map<string, Promise<void>>; all: Promise<unknown> } {
+    const byChild = new Map<string, Promise<void>>();
+    let previous: Promise<void> = Promise.resolve();
+    for (const child of options.children) {
+      const paths = this.host.paths(child.sandboxId);
+      const copied = previous.then(async () => {
+        if (options.signal?.aborted) throw abortError(options.signal);
+        created.add(child.sandboxId);
+        await mkdir(paths.dir, { recursive: true });
+        await rm(paths.image, { force: true });
+        await copySparse(source.diskPath, paths.image);
+      });
+      // Awaited by the child's worker; a rejection no worker reached (an earlier child failed) is not unhandled.
+      copied.catch(() => undefined);
+      byChild.set(child.sandboxId, copied);
+      previous = copied;
+    }
+    return { byChild, all: previous.catch(() => undefined) };
   }
 
   /**
