@@ -141,6 +141,12 @@ async function main(): Promise<void> {
   }
 }
 
+/**
+ * Exec round trips per create in the core loop (ours and raw alike): 10 per iteration, 100 samples at the default 10
+ * iterations. With 5 (50 samples) two quiet full runs of session 6 differed by 21 % at p50 on this row.
+ */
+const CORE_EXECS = 10;
+
 /** Issue 2's numbers: create→first exec, exec round trip, delete; against raw runsc create/exec/delete. */
 async function benchCore(conn: { apiUrl: string; apiKey: string }, raw: RawRunsc): Promise<Row[]> {
   const createFirst: number[] = [];
@@ -160,7 +166,7 @@ async function benchCore(conn: { apiUrl: string; apiKey: string }, raw: RawRunsc
       }),
     );
     const sb = sandbox as Sandbox;
-    for (let j = 0; j < 5; j++) execRtt.push(await time(() => sb.commands.run(['true'], { check: true })));
+    for (let j = 0; j < CORE_EXECS; j++) execRtt.push(await time(() => sb.commands.run(['true'], { check: true })));
     del.push(await time(() => sb.delete()));
     // Raw: the same runsc flags and overlay, no server.
     const id = `raw${String(i).padStart(4, '0')}`;
@@ -170,7 +176,7 @@ async function benchCore(conn: { apiUrl: string; apiKey: string }, raw: RawRunsc
         await raw.exec(id, 'true');
       }),
     );
-    for (let j = 0; j < 5; j++) rawExec.push(await time(() => raw.exec(id, 'true')));
+    for (let j = 0; j < CORE_EXECS; j++) rawExec.push(await time(() => raw.exec(id, 'true')));
     rawDel.push(await time(() => raw.delete(id)));
   }
   return [

@@ -27,6 +27,12 @@ export interface StartRow {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Samples of the cold create breakdown (each about 0.5 s). 10 samples left the first `runsc exec` step 20.4 % apart
+ * between two quiet full runs of session 6; 20 halve the variance of each p50.
+ */
+const COLD_STEP_SAMPLES = 20;
+
 /** Delete in the background, a few at a time, outside every timed part. */
 async function deleteAll(items: Array<() => Promise<unknown>>, concurrency = 4): Promise<void> {
   const queue = [...items];
@@ -150,7 +156,7 @@ export async function benchStart(
   rows.push(row('warm pool: create (claim) alone', warmSplit.create, null, '—'));
   rows.push(row('warm pool: first exec `true` alone', warmSplit.exec, null, '—'));
   rows.push(row('time to first command, cold (no pool)', cold, rawFirst, '—'));
-  rows.push(...(await coldBreakdown(raw, options.workDir, Math.min(creates, 10), log)));
+  rows.push(...(await coldBreakdown(raw, options.workDir, Math.min(creates, COLD_STEP_SAMPLES), log)));
   return { rows, poolHits };
 }
 

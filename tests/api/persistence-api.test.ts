@@ -202,6 +202,12 @@ describe('persistence API over the real GvisorDriver', () => {
     expect((await call('GET', `/sandboxes/${withMemory}`)).body.lineage).toMatchObject({ snapshotId: named.body.id });
     const fsOnly = await create({ fromSnapshot: 'persist-test', restoreMemory: false });
     expect((await exec(fsOnly, 'cat /root/s.txt')).stdout).toBe('snap\n');
+    // Its own name, in the kernel and in the files the source's disk brought along (written by Burrow for the source).
+    const fsOnlyName = fsOnly.replace('_', '-');
+    expect(
+      (await exec(fsOnly, 'hostname; cat /etc/hostname; grep -c sbx- /etc/hosts; grep -c "$(hostname)" /etc/hosts'))
+        .stdout,
+    ).toBe(`${fsOnlyName}\n${fsOnlyName}\n1\n1\n`);
     expect((await call('DELETE', '/snapshots/persist-test')).status).toBe(204);
     expect(await readdir(join(dataDir, 'snapshots')).then((n) => n.filter((x) => !x.startsWith('.')))).toEqual([]);
     expect((await call('POST', '/sandboxes', { fromSnapshot: 'persist-test' })).status).toBe(404);

@@ -62,6 +62,25 @@ describe('ensureGuestIdentity', () => {
     expect(await lstat(join(hostEtc, 'hosts')).catch(() => null)).toBeNull();
   });
 
+  it('renames a disk copied from another sandbox (what Burrow wrote for it), and nothing else', async () => {
+    const source = 'sbx-0123456789abcdefghjk';
+    const child = 'sbx-zyxwvtsrqpnmkjhgfedc';
+    await mkdir(join(upperDir, 'etc'));
+    for (const dir of [upperDir, rootfsDir]) {
+      await writeFile(join(dir, 'etc', 'hostname'), `${source}\n`);
+      await writeFile(join(dir, 'etc', 'hosts'), etcHostsFor(source));
+    }
+    await ensureGuestIdentity({ rootfsDir, upperDir, hostname: child });
+    expect(await etc('hostname')).toBe(`${child}\n`);
+    expect(await etc('hosts')).toBe(etcHostsFor(child));
+    // The sandbox's own words are kept: an edited /etc/hosts, a hostname Burrow does not give.
+    await writeFile(join(rootfsDir, 'etc', 'hosts'), `${etcHostsFor(source)}10.1.1.1 db\n`);
+    await writeFile(join(rootfsDir, 'etc', 'hostname'), 'sbx-mine\n');
+    await ensureGuestIdentity({ rootfsDir, upperDir, hostname: child });
+    expect(await etc('hosts')).toBe(`${etcHostsFor(source)}10.1.1.1 db\n`);
+    expect(await etc('hostname')).toBe('sbx-mine\n');
+  });
+
   it('writes no /etc/hostname for a name that is not a host name', async () => {
     await ensureGuestIdentity({ rootfsDir, upperDir, hostname: 'bad\nname' });
     expect(await etc('hostname')).toBe('buildhost\n');

@@ -25,7 +25,10 @@ export const GUEST_RESOLV_CONF = '# Burrow: this sandbox has no network, so no n
  * - /etc/hostname (`hostname`) and /etc/resolv.conf ({@link GUEST_RESOLV_CONF}) while they are still the
  *   template's, i.e. absent from the sandbox's own `upperDir`: mmdebstrap copies the build host's two files into
  *   the template, which named the host and its name server inside every sandbox. A sandbox's own edit (in its
- *   upper dir) is kept.
+ *   upper dir) is kept;
+ * - /etc/hostname and /etc/hosts that Burrow wrote for another sandbox (their bytes are exactly what this function
+ *   writes for a name of the form `sbx-` + 20 id characters): a disk copied from another sandbox, as a sandbox
+ *   created filesystem-only from a snapshot, names itself, not its source.
  * Files are opened with `O_NOFOLLOW` under an /etc that must be a real directory, so a symlink planted there (by a
  * template or by the sandbox) is never followed on the host.
  * @param rootfsDir the sandbox's mounted (merged) root filesystem on the host
@@ -39,12 +42,51 @@ export async function ensureGuestIdentity(options: {
   const etc = join(options.rootfsDir, 'etc');
   const st = await lstat(etc).catch(() => null);
   if (st === null || !st.isDirectory()) return;
-  await writeGuestFile(join(etc, 'hosts'), etcHostsFor(options.hostname), 'create');
+  const hosts = join(etc, 'hosts');
+  const ownHosts = etcHostsFor(options.hostname);
+  const foreignHosts = await burrowHostnameIn(hosts, /\n127\.0\.1\.1\t([^\n]*)\n/);
+  if (foreignHosts !== null && etcHostsFor(foreignHosts) === (await readSmallFile(hosts))) {
+    await writeGuestFile(hosts, ownHosts, 'replace');
+  } else {
+    await writeGuestFile(hosts, ownHosts, 'create');
+  }
   const files: Array<[string, string]> = [['resolv.conf', GUEST_RESOLV_CONF]];
   if (HOSTNAME_PATTERN.test(options.hostname)) files.push(['hostname', `${options.hostname}\n`]);
   for (const [name, text] of files) {
     const own = options.upperDir === null ? null : await lstat(join(options.upperDir, 'etc', name)).catch(() => null);
-    if (own === null) await writeGuestFile(join(etc, name), text, 'replace');
+    const burrows = name === 'hostname' && (await burrowHostnameIn(join(etc, name), /^([^\n]*)\n$/)) !== null;
+    if (own === null || burrows) await writeGuestFile(join(etc, name), text, 'replace');
+  }
+}
+
+/** Host names Burrow gives sandboxes: the sandbox id with `-` for `_` (`sbx-` + 20 lowercase id characters). */
+const BURROW_HOSTNAME = /^sbx-[0-9a-z]{20}$/;
+
+/**
+ * The Burrow-given host name that `pattern`'s first group finds in the regular file at `path`, or null (no such
+ * file, a symlink, not matched, or a name Burrow does not give).
+ */
+async function burrowHostnameIn(path: string, pattern: RegExp): Promise<string | null> {
+  const text = await readSmallFile(path);
+  const name = text === null ? undefined : pattern.exec(text)?.[1];
+  return name !== undefined && BURROW_HOSTNAME.test(name) ? name : null;
+}
+
+/** The first 4 KiB of the regular file at `path` as UTF-8, never through a symlink; null when there is none. */
+async function readSmallFile(path: string): Promise<string | null> {
+  let handle: FileHandle;
+  try {
+    handle = await open(path, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+  } catch {
+    return null;
+  }
+  try {
+    if (!(await handle.stat()).isFile()) return null;
+    const buffer = Buffer.alloc(4096);
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
+    return buffer.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await handle.close();
   }
 }
 
