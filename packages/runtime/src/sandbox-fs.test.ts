@@ -1,9 +1,9 @@
-import { mkdir, mkdtemp, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { FsError, isUploadTempName, SandboxFs } from './sandbox-fs.js';
+import { FsError, isUploadTempName, SandboxFs, writeCoalesced } from './sandbox-fs.js';
 
 let base: string;
 let root: string;
@@ -112,6 +112,32 @@ describe('SandboxFs basics', () => {
     }
     await expect(fs.write('/half.bin', Readable.from(failing()))).rejects.toThrow();
     expect((await fs.list('/')).map((e) => e.name).filter((n) => n.includes('half'))).toEqual([]);
+  });
+
+  it('writeCoalesced: chunks buffered before it reads, a failing write, a source closed early', async () => {
+    // 40 chunks of 100 KiB already queued in the stream (a fast client, a slow start): every byte, in order.
+    const queued = new PassThrough({ highWaterMark: 8 * 1024 * 1024 });
+    const data = Buffer.alloc(40 * 100 * 1024);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 131) % 253;
+    for (let off = 0; off < data.length; off += 100 * 1024) queued.write(data.subarray(off, off + 100 * 1024));
+    queued.end();
+    const path = join(base, 'queued.bin');
+    const fh = await open(path, 'w');
+    expect(await writeCoalesced(fh, queued)).toBe(data.length);
+    await fh.close();
+    expect((await readFile(path)).equals(data)).toBe(true);
+    // A write that fails (a read-only handle: EBADF) is thrown, and the source is destroyed, not left flowing.
+    const readOnly = await open(path, 'r');
+    const source = Readable.from([Buffer.alloc(2 * 1024 * 1024, 1), Buffer.alloc(2 * 1024 * 1024, 2)]);
+    await expect(writeCoalesced(readOnly, source)).rejects.toMatchObject({ code: 'EBADF' });
+    expect(source.destroyed).toBe(true);
+    // A source destroyed without an error before its end is an error, not a short file taken as whole.
+    const cut = new PassThrough();
+    const written = writeCoalesced(readOnly, cut);
+    cut.write(Buffer.from('abc'));
+    cut.destroy();
+    await expect(written).rejects.toThrow('closed before its end');
+    await readOnly.close();
   });
 
   it('mkdir -p, rename, remove with and without recursive', async () => {
