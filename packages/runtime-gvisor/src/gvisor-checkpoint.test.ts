@@ -408,6 +408,40 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     expect((await ask(parent))[0]).toBe(atPause + 1);
   });
 
+  it('a fork whose restores fail leaves no child behind (disk copies made ahead included); the parent runs on', async () => {
+    // Every `runsc restore` fails: the first children fail while the disk copies of later ones are made ahead.
+    const failDir = await mkdtemp(join(tmpdir(), 'burrow-failing-fork-'));
+    const wrapper = await runscWrapper(failDir, 'restore', `echo 'injected restore failure' >&2; exit 128`);
+    const failing = new GvisorDriver({ dataDir: join(failDir, 'data'), maxProcesses: 256, runscPath: wrapper });
+    const failingRunsc = new RunscCli('runsc', join(failDir, 'data', 'runsc'), 'systrap');
+    const parent = testSandboxId();
+    const children = [testSandboxId(), testSandboxId(), testSandboxId(), testSandboxId()].map((sandboxId) => ({
+      sandboxId,
+      hostname: `f-${sandboxId.slice(4, 10)}`,
+    }));
+    try {
+      await failing.create(options(parent));
+      await expect(failing.fork(parent, { template, resources: RESOURCES, children })).rejects.toThrow(
+        /restore failed/,
+      );
+      const containers = await failingRunsc.list();
+      for (const { sandboxId } of children) {
+        const dir = join(failDir, 'data', 'sandboxes', sandboxId);
+        expect(containers).not.toContain(sandboxId);
+        expect([...(await mountsUnder(dir)), ...(await loopDevicesUnder(dir))]).toEqual([]);
+        expect(await findSandboxCgroups('/sys/fs/cgroup', sandboxId)).toEqual([]);
+        await expect(readdir(dir)).rejects.toThrow(/ENOENT/);
+      }
+      expect((await failing.observe(parent)).status).toBe('running');
+      expect((await runInSandbox(failing, parent, ['echo', 'still here'])).stdout.toString()).toBe('still here\n');
+    } finally {
+      await failing.delete(parent).catch(() => undefined);
+      for (const { sandboxId } of children) await failing.delete(sandboxId).catch(() => undefined);
+      await failing.close();
+      await rm(failDir, { recursive: true, force: true });
+    }
+  });
+
   it('a snapshot outlives its sandbox and seeds new ones with memory or filesystem only', async () => {
     const source = await create();
     const [atSnap] = await startCounter(source);

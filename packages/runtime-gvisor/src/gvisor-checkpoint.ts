@@ -444,12 +444,14 @@ export class GvisorCheckpointer {
       byChild: new Map(),
       all: Promise.resolve(),
     };
+    /** Aborted when the fork fails: the copies not started yet are not made. */
+    const copiesStop = new AbortController();
     try {
       const point = await this.forkPoint(sandboxId, pointDir, timer);
       parentContinues = point.parentContinues;
       // A single child of a running parent takes the fork point's disk copy (a rename, not a second copy).
       const takeDisk = point.made && options.children.length === 1;
-      if (!takeDisk) copies = this.copyDisksAhead(point.source, options, created);
+      if (!takeDisk) copies = this.copyDisksAhead(point.source, options, created, copiesStop.signal);
       const queue = [...options.children];
       const worker = async (): Promise<void> => {
         for (let child = queue.shift(); child !== undefined; child = queue.shift()) {
@@ -483,6 +485,7 @@ export class GvisorCheckpointer {
     } catch (error) {
       await parentContinues;
       await Promise.all(identities);
+      copiesStop.abort();
       await copies.all;
       for (const id of created) await this.host.delete(id).catch(() => undefined);
       throw error;
@@ -501,13 +504,14 @@ export class GvisorCheckpointer {
    * then waits only for its own copy, and the copies of later children are made while earlier ones restore (the
    * restores are CPU-bound, a sparse copy mostly waits on a `cp` process and the disk). Each child is added to
    * `created` before its directory is made, so an undone fork removes it. A failed or aborted copy fails its child
-   * and every later one (their copies never start).
+   * and every later one (their copies never start), as does `stop` (the fork failed) for the copies not begun.
    * @returns each child's copy (its worker awaits it) and the whole chain, which never rejects
    */
   private copyDisksAhead(
     source: StateLocation,
     options: ForkOptions,
     created: Set<string>,
+    stop: AbortSignal,
   ): { byChild: Map<string, Promise<void>>; all: Promise<unknown> } {
     const byChild = new Map<string, Promise<void>>();
     let previous: Promise<void> = Promise.resolve();
@@ -515,6 +519,7 @@ export class GvisorCheckpointer {
       const paths = this.host.paths(child.sandboxId);
       const copied = previous.then(async () => {
         if (options.signal?.aborted) throw abortError(options.signal);
+        if (stop.aborted) throw new RuntimeError('the fork failed before this child was copied');
         created.add(child.sandboxId);
         await mkdir(paths.dir, { recursive: true });
         await rm(paths.image, { force: true });
