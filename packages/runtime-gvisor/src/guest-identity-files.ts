@@ -1,6 +1,7 @@
 import { constants as fsc } from 'node:fs';
 import { type FileHandle, lstat, open } from 'node:fs/promises';
 import { join } from 'node:path';
+import { ID_ALPHABET, ID_RANDOM_LENGTH } from '@burrow/contract';
 
 /** Host names that go into /etc/hosts as they are (anything else is left out). */
 export const HOSTNAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$/;
@@ -43,33 +44,31 @@ export async function ensureGuestIdentity(options: {
   const st = await lstat(etc).catch(() => null);
   if (st === null || !st.isDirectory()) return;
   const hosts = join(etc, 'hosts');
-  const ownHosts = etcHostsFor(options.hostname);
-  const foreignHosts = await burrowHostnameIn(hosts, /\n127\.0\.1\.1\t([^\n]*)\n/);
-  if (foreignHosts !== null && etcHostsFor(foreignHosts) === (await readSmallFile(hosts))) {
-    await writeGuestFile(hosts, ownHosts, 'replace');
-  } else {
-    await writeGuestFile(hosts, ownHosts, 'create');
-  }
-  const files: Array<[string, string]> = [['resolv.conf', GUEST_RESOLV_CONF]];
-  if (HOSTNAME_PATTERN.test(options.hostname)) files.push(['hostname', `${options.hostname}\n`]);
-  for (const [name, text] of files) {
+  const foreignHosts = await writtenForAnotherSandbox(hosts, etcHostsFor);
+  await writeGuestFile(hosts, etcHostsFor(options.hostname), foreignHosts ? 'replace' : 'create');
+  const files: Array<[string, (hostname: string) => string]> = [['resolv.conf', () => GUEST_RESOLV_CONF]];
+  if (HOSTNAME_PATTERN.test(options.hostname)) files.push(['hostname', hostnameFileFor]);
+  for (const [name, render] of files) {
     const own = options.upperDir === null ? null : await lstat(join(options.upperDir, 'etc', name)).catch(() => null);
-    const burrows = name === 'hostname' && (await burrowHostnameIn(join(etc, name), /^([^\n]*)\n$/)) !== null;
-    if (own === null || burrows) await writeGuestFile(join(etc, name), text, 'replace');
+    if (own === null || (await writtenForAnotherSandbox(join(etc, name), render))) {
+      await writeGuestFile(join(etc, name), render(options.hostname), 'replace');
+    }
   }
 }
 
-/** Host names Burrow gives sandboxes: the sandbox id with `-` for `_` (`sbx-` + 20 lowercase id characters). */
-const BURROW_HOSTNAME = /^sbx-[0-9a-z]{20}$/;
+const hostnameFileFor = (hostname: string) => `${hostname}\n`;
+
+/** A host name Burrow gives a sandbox: its id with `-` for `_` (`sbx-` + the id's random part). */
+const BURROW_HOSTNAME = new RegExp(`sbx-[${ID_ALPHABET}]{${ID_RANDOM_LENGTH}}`);
 
 /**
- * The Burrow-given host name that `pattern`'s first group finds in the regular file at `path`, or null (no such
- * file, a symlink, not matched, or a name Burrow does not give).
+ * Whether the regular file at `path` holds exactly what `render` writes for a Burrow-given host name (the first
+ * such name in it): a file Burrow wrote for the sandbox whose disk this was. Never through a symlink.
  */
-async function burrowHostnameIn(path: string, pattern: RegExp): Promise<string | null> {
+async function writtenForAnotherSandbox(path: string, render: (hostname: string) => string): Promise<boolean> {
   const text = await readSmallFile(path);
-  const name = text === null ? undefined : pattern.exec(text)?.[1];
-  return name !== undefined && BURROW_HOSTNAME.test(name) ? name : null;
+  const name = text === null ? undefined : BURROW_HOSTNAME.exec(text)?.[0];
+  return name !== undefined && text === render(name);
 }
 
 /** The first 4 KiB of the regular file at `path` as UTF-8, never through a symlink; null when there is none. */
