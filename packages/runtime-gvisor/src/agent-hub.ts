@@ -68,12 +68,20 @@ interface AgentEndpoint {
 }
 
 /**
+ * Output frames (`O` stdout, `R` stderr): their payload is a plain byte stream, so one of them may be handed over
+ * as several frames of the same type, each a piece of its payload, with the same bytes in the same order.
+ */
+const STREAM_FRAME_TYPES: ReadonlySet<string> = new Set(['O', 'R']);
+
+/**
  * Reads frames from a socket; stops (and reports an error) on a frame above {@link MAX_FRAME_BYTES}. A frame that
- * lies inside one socket read is handed over as a slice of it (no copy); a larger one (output frames are up to 1 MiB,
- * socket reads 64 KiB) is copied piece by piece, as the reads arrive, into a buffer of exactly its size allocated
- * when its header is read. So every read is released at once, and a frame's buffer holds that frame only: merging
- * the buffered reads at the end (the session 3 reader) copied the next frame's first bytes twice and kept each
- * 1 MiB buffer alive until the next frame completed, long enough to be promoted and collected by a full GC.
+ * lies inside one socket read is handed over as a slice of it (no copy). An output frame ({@link STREAM_FRAME_TYPES})
+ * larger than what one read holds of it (output frames are up to 1 MiB, socket reads 64 KiB) is handed over as it
+ * arrives: each read's piece of it becomes a frame of the same type, a slice of that read (no copy, no allocation;
+ * session 8: copying 64 KiB reads into a fresh 1 MiB buffer per frame was the largest item of the server's own CPU
+ * while streaming, page faults and external-memory GCs included). Any other frame larger than one read is copied
+ * piece by piece, as the reads arrive, into a buffer of exactly its size allocated when its header is read. So every
+ * read is released as soon as its consumer lets go of it.
  * While `onFrame` is null the reader only queues what it is given (a connection not claimed yet).
  * @internal exported for its unit test only
  */
@@ -82,8 +90,11 @@ export class FrameReader {
   private queued: Buffer[] = [];
   /** A header split between reads (fewer than 5 bytes). */
   private head: Buffer | null = null;
-  /** The frame being filled: its type, its payload buffer and how much of it has arrived. */
-  private partial: { type: string; payload: Buffer; filled: number } | null = null;
+  /**
+   * The frame being read: its type, its length, how much of it has arrived, and the buffer it is copied into (null
+   * for an output frame, handed over in pieces).
+   */
+  private partial: { type: string; length: number; filled: number; payload: Buffer | null } | null = null;
   onFrame: ((frame: Frame) => void) | null = null;
 
   constructor(private readonly onBad: (reason: string) => void) {}
@@ -113,13 +124,18 @@ export class FrameReader {
     while (at < chunk.length && this.onFrame !== null) {
       const partial = this.partial;
       if (partial !== null) {
-        const take = Math.min(partial.payload.length - partial.filled, chunk.length - at);
-        chunk.copy(partial.payload, partial.filled, at, at + take);
-        partial.filled += take;
-        at += take;
-        if (partial.filled === partial.payload.length) {
-          this.partial = null;
-          this.onFrame({ type: partial.type, payload: partial.payload });
+        const take = Math.min(partial.length - partial.filled, chunk.length - at);
+        const complete = partial.filled + take === partial.length;
+        if (complete) this.partial = null;
+        if (partial.payload === null) {
+          partial.filled += take;
+          at += take;
+          this.onFrame({ type: partial.type, payload: chunk.subarray(at - take, at) });
+        } else {
+          chunk.copy(partial.payload, partial.filled, at, at + take);
+          partial.filled += take;
+          at += take;
+          if (complete) this.onFrame({ type: partial.type, payload: partial.payload });
         }
         continue;
       }
@@ -152,8 +168,11 @@ export class FrameReader {
         const payload = chunk.subarray(at, at + length);
         at += length;
         this.onFrame({ type, payload });
+      } else if (STREAM_FRAME_TYPES.has(type)) {
+        // The part of it in this read (if any) is handed over on the next turn of the loop.
+        this.partial = { type, length, filled: 0, payload: null };
       } else {
-        this.partial = { type, payload: Buffer.allocUnsafe(length), filled: 0 };
+        this.partial = { type, length, filled: 0, payload: Buffer.allocUnsafe(length) };
       }
     }
     return chunk.subarray(at);

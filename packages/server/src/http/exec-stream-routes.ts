@@ -43,6 +43,17 @@ class ExecSession {
   private timer: NodeJS.Timeout | null = null;
   /** From the start frame: kill the process group when the socket closes before the command exits. */
   private killOnDisconnect = false;
+  /**
+   * Output read in this turn of the event loop and not sent yet: runs of one channel, in the order it was read.
+   * Sent as one WebSocket message per run when the turn's I/O is done (`setImmediate`), and at once before the
+   * exit frame. The exec agent's output frames reach the server as pieces of its 64 KiB socket reads (up to 32
+   * reads per turn): one message and one `writev` per piece cost the server and the client more than the copy
+   * they replaced (ADR 0003, session 8).
+   */
+  private outbox: Array<{ channel: number; chunks: Buffer[] }> = [];
+  /** Bytes in {@link outbox}. */
+  private outboxBytes = 0;
+  private flushScheduled = false;
 
   constructor(
     private readonly socket: WebSocket,
@@ -146,13 +157,34 @@ class ExecSession {
 
   private pipe(stream: NodeJS.ReadableStream & { pause(): void; resume(): void }, channel: number): void {
     stream.on('data', (chunk: Buffer) => {
-      if (this.socket.readyState !== this.socket.OPEN) return;
-      sendPrefixedBinary(this.socket, channel, chunk, () => {
-        if (this.socket.bufferedAmount < LOW_WATER_BYTES) this.process?.stdout.resume();
-        if (this.socket.bufferedAmount < LOW_WATER_BYTES) this.process?.stderr.resume();
-      });
-      if (this.socket.bufferedAmount > HIGH_WATER_BYTES) stream.pause();
+      if (this.socket.readyState !== this.socket.OPEN || chunk.length === 0) return;
+      const last = this.outbox[this.outbox.length - 1];
+      if (last?.channel === channel) last.chunks.push(chunk);
+      else this.outbox.push({ channel, chunks: [chunk] });
+      this.outboxBytes += chunk.length;
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(() => this.flushOutput());
+      }
+      if (this.socket.bufferedAmount + this.outboxBytes > HIGH_WATER_BYTES) stream.pause();
     });
+  }
+
+  /** Send what {@link outbox} holds, one binary message per run; resumes the output once the socket drained. */
+  private flushOutput(): void {
+    this.flushScheduled = false;
+    const runs = this.outbox;
+    this.outbox = [];
+    this.outboxBytes = 0;
+    if (this.socket.readyState !== this.socket.OPEN) return;
+    for (const run of runs) {
+      sendPrefixedBinary(this.socket, run.channel, run.chunks, () => {
+        if (this.socket.bufferedAmount + this.outboxBytes < LOW_WATER_BYTES) {
+          this.process?.stdout.resume();
+          this.process?.stderr.resume();
+        }
+      });
+    }
   }
 
   private sendJson(frame: ExecServerFrame): void {
@@ -162,6 +194,8 @@ class ExecSession {
   private finish(frame: ExecServerFrame): void {
     if (this.finished) return;
     this.finished = true;
+    // Output read before the exit goes out before it.
+    if (this.outbox.length > 0) this.flushOutput();
     this.sendJson(frame);
     this.socket.close(1000);
   }

@@ -62,6 +62,38 @@ describe('sendPrefixedBinary', () => {
     expect(binarySends).toBe(0);
   });
 
+  it('sends a list of chunks as one message, their bytes in order (an empty list: the prefix alone)', async () => {
+    const lists = [
+      [],
+      [Buffer.alloc(0)],
+      [randomBytes(100), Buffer.alloc(0), randomBytes(65_536), randomBytes(70_000)],
+    ];
+    const client = new WebSocket(url);
+    const received: Buffer[] = [];
+    const done = new Promise<void>((resolve) =>
+      client.on('message', (data) => {
+        received.push(data as Buffer);
+        if (received.length === lists.length) resolve();
+      }),
+    );
+    const [serverSide] = (await new Promise((resolve) => server.once('connection', (ws) => resolve([ws])))) as [
+      WebSocket,
+    ];
+    let callbacks = 0;
+    lists.forEach((list, i) => {
+      sendPrefixedBinary(serverSide, i + 1, list, (error) => {
+        expect(error ?? null).toBeNull();
+        callbacks++;
+      });
+    });
+    await done;
+    client.close();
+    expect(received.map((data) => data.toString('hex'))).toEqual(
+      lists.map((list, i) => Buffer.concat([Buffer.from([i + 1]), ...list]).toString('hex')),
+    );
+    expect(callbacks).toBe(lists.length);
+  });
+
   it('falls back to send() with the prefix prepended when the ws internals are not as expected', () => {
     const sent: Buffer[] = [];
     const fake = {
@@ -74,7 +106,8 @@ describe('sendPrefixedBinary', () => {
     sendPrefixedBinary(fake, 2, Buffer.from('abc'), () => {
       called = true;
     });
-    expect(sent).toEqual([Buffer.from([2, 0x61, 0x62, 0x63])]);
+    sendPrefixedBinary(fake, 1, [Buffer.from('d'), Buffer.from('ef')], () => undefined);
+    expect(sent).toEqual([Buffer.from([2, 0x61, 0x62, 0x63]), Buffer.from([1, 0x64, 0x65, 0x66])]);
     expect(called).toBe(true);
   });
 });
