@@ -5,6 +5,7 @@ import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
 import { GvisorDriver, type GvisorPlatform } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
 import { CommandService } from './commands/command-service.js';
+import { DEFAULT_HEAP_HEADROOM_MIB, installHeapHeadroom } from './heap-headroom.js';
 import { buildApp } from './http/app.js';
 import type { ZodApp } from './http/zod-app.js';
 import { ActivityTracker } from './lifecycle/activity-tracker.js';
@@ -84,6 +85,12 @@ export interface Config {
    */
   warmPool: WarmPoolTarget[];
   /**
+   * MiB of V8 old-generation headroom {@link startServer} keeps above the server's live heap (docs/files.md "Upload:
+   * session 8": with less, each 32 MiB of network reads set off a full collection). @default 48
+   * (BURROW_HEAP_HEADROOM_MIB; 0 leaves V8's heap growing alone)
+   */
+  heapHeadroomMiB: number;
+  /**
    * TEST HOOK for the kill -9 suite: the named crash point (see `crashPoint` in @burrow/runtime) armed by
    * {@link startServer} after its first reconcile pass; the server SIGKILLs itself when it gets there.
    * @default null: none (BURROW_TEST_CRASH_AT)
@@ -138,6 +145,9 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     webhookAllowPrivate:
       overrides.webhookAllowPrivate ?? ['1', 'true'].includes(env.BURROW_WEBHOOK_ALLOW_PRIVATE ?? ''),
     warmPool: overrides.warmPool ?? parseWarmPool(env.BURROW_WARM_POOL ?? 'base:2'),
+    heapHeadroomMiB:
+      overrides.heapHeadroomMiB ??
+      intFrom(env.BURROW_HEAP_HEADROOM_MIB, 'BURROW_HEAP_HEADROOM_MIB', DEFAULT_HEAP_HEADROOM_MIB),
     testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
   };
 }
@@ -399,7 +409,8 @@ async function ensureAdminKey(burrow: Burrow, dataDir: string): Promise<{ path: 
 }
 
 /**
- * Start the server: migrations, admin key (printed once to stdout when created), reconciler loop, listen.
+ * Start the server: migrations, admin key (printed once to stdout when created), reconciler loop, the V8 heap
+ * headroom policy of this process ({@link installHeapHeadroom}), listen.
  * @returns the base URL and a close function
  * @throws Error when the port is taken or the database fails
  * @example
@@ -410,6 +421,11 @@ export async function startServer(
   deps: BurrowDeps = {},
 ): Promise<{ url: string; burrow: Burrow; close(): Promise<void> }> {
   const burrow = await createBurrow(config, deps);
+  const heap = installHeapHeadroom({ headroomMiB: config.heapHeadroomMiB });
+  const close = async () => {
+    heap.close();
+    await burrow.close();
+  };
   try {
     const key = await ensureAdminKey(burrow, config.dataDir);
     if (key.secret !== null) {
@@ -426,9 +442,9 @@ export async function startServer(
     burrow.webhooks.start();
     burrow.pool.start();
     const url = await burrow.app.listen({ host: config.host, port: config.port });
-    return { url, burrow, close: () => burrow.close() };
+    return { url, burrow, close };
   } catch (error) {
-    await burrow.close();
+    await close();
     throw error;
   }
 }
