@@ -71,6 +71,29 @@ describe('files: batch, exists, chmod, archives, watch', () => {
       ).json();
     expect(await exists('/root/b/one.txt')).toEqual({ exists: true });
     expect(await exists('/root/b/nope')).toEqual({ exists: false });
+    // A batch stops at its first failing file: the error names it and the files written before it.
+    const partial = await h.burrow.app.inject({
+      method: 'POST',
+      url: `/v1/sandboxes/${id}/files/batch`,
+      headers: h.admin,
+      payload: {
+        files: [
+          { path: '/root/b/three.txt', content: '3' },
+          { path: '/root/b/one.txt/under-a-file', content: 'x' },
+          { path: '/root/b/four.txt', content: '4' },
+        ],
+      },
+    });
+    expect(partial.statusCode, partial.body).toBe(400);
+    expect(partial.json().error.code).toBe('not_a_directory');
+    expect(partial.json().error.message).toContain('files[1] (/root/b/one.txt/under-a-file)');
+    expect(partial.json().error.details).toEqual({
+      failedIndex: 1,
+      failedPath: '/root/b/one.txt/under-a-file',
+      written: ['/root/b/three.txt'],
+    });
+    expect(await exists('/root/b/three.txt')).toEqual({ exists: true });
+    expect(await exists('/root/b/four.txt')).toEqual({ exists: false });
     const ch = await h.burrow.app.inject({
       method: 'POST',
       url: `/v1/sandboxes/${id}/files/chmod`,

@@ -7,6 +7,7 @@ import {
   ChmodRequestSchema,
   ErrorCode,
   ExistsResponseSchema,
+  type FileInfo,
   FileInfoSchema,
   FileListSchema,
   type FileWatchEvent,
@@ -23,6 +24,7 @@ import {
 import { extractArchive, packDirectory, watchDirectory } from '@burrow/runtime';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import { mapFsError } from '../services/file-service.js';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
 import { ERROR_RESPONSES } from './error-responses.js';
@@ -42,6 +44,24 @@ function rawBody(request: FastifyRequest): Readable {
   throw new ApiError(ErrorCode.invalidRequest, 'send the raw bytes, not JSON or a form', {
     hint: 'use content-type application/octet-stream (files) or application/x-tar / application/gzip (archives)',
   });
+}
+
+/**
+ * The error of a batch write whose file `index` failed: the same code, a message naming that file, and `details`
+ * `{ failedIndex, failedPath, written }` (paths of the files before it, which stay written; later ones were not tried).
+ */
+function batchFileFailed(error: unknown, index: number, path: string, written: readonly FileInfo[]): unknown {
+  const mapped = mapFsError(error);
+  if (!(mapped instanceof ApiError)) return mapped;
+  return new ApiError(
+    mapped.code,
+    `files[${index}] (${path}): ${mapped.message}; the ${index} file(s) before it were written, the rest were not`,
+    {
+      ...(mapped.hint === undefined ? {} : { hint: mapped.hint }),
+      details: { failedIndex: index, failedPath: path, written: written.map((item) => item.path) },
+      cause: error,
+    },
+  );
 }
 
 /**
@@ -249,10 +269,14 @@ export function registerFileRoutes(app: ZodApp, services: Services): void {
     },
     async (request) =>
       services.files.with(principalOf(request), request.params.id, async (fs) => {
-        const items = [];
-        for (const file of request.body.files) {
+        const items: FileInfo[] = [];
+        for (const [index, file] of request.body.files.entries()) {
           const data = Buffer.from(file.content, file.encoding);
-          items.push(await fs.write(file.path, data, { mode: Number.parseInt(file.mode, 8) }));
+          try {
+            items.push(await fs.write(file.path, data, { mode: Number.parseInt(file.mode, 8) }));
+          } catch (error) {
+            throw batchFileFailed(error, index, file.path, items);
+          }
         }
         return { items };
       }),
