@@ -192,6 +192,17 @@ describe('extractArchive', () => {
     const err = await extractArchive(fs, '/home/z', Readable.from([bad])).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(FsError);
     expect((err as FsError).code).toBe('invalid_request');
+    // gzip's magic followed by what is not gzip: zlib's error, not an internal one.
+    for (const tail of [
+      '00676172626167650a',
+      `000000000000ff${Buffer.from('not deflate data at all').toString('hex')}`,
+    ]) {
+      const gz = Buffer.from(`1f8b08${tail}`, 'hex');
+      const zerr = await extractArchive(fs, '/home/z', Readable.from([gz])).catch((e: unknown) => e);
+      expect(zerr).toBeInstanceOf(FsError);
+      expect((zerr as FsError).code, String(zerr)).toBe('invalid_request');
+      expect((zerr as FsError).message).toContain('not a valid tar archive');
+    }
   });
 });
 

@@ -97,7 +97,8 @@ export async function extractArchive(
     // Let the feeder stop reading the body before answering.
     await feeding;
     const code = (err as { code?: string }).code;
-    if (typeof code === 'string' && code.startsWith('TAR_')) {
+    // TAR_*: node-tar's parse errors; Z_*: its gunzip of a body that starts with gzip's magic but is not gzip.
+    if (typeof code === 'string' && (code.startsWith('TAR_') || code.startsWith('Z_'))) {
       throw new FsError('invalid_request', `not a valid tar archive: ${(err as Error).message}`, { cause: err });
     }
     throw toFsError(target.path, err);
