@@ -94,6 +94,16 @@ describe('files: batch, exists, chmod, archives, watch', () => {
     });
     expect(await exists('/root/b/three.txt')).toEqual({ exists: true });
     expect(await exists('/root/b/four.txt')).toEqual({ exists: false });
+    const notBase64 = await h.burrow.app.inject({
+      method: 'POST',
+      url: `/v1/sandboxes/${id}/files/batch`,
+      headers: h.admin,
+      payload: { files: [{ path: '/root/b/garbled.bin', content: '!!!notb64', encoding: 'base64' }] },
+    });
+    expect(notBase64.statusCode, notBase64.body).toBe(400);
+    expect(notBase64.json().error.code).toBe('invalid_request');
+    expect(notBase64.json().error.message).toContain('not base64');
+    expect(await exists('/root/b/garbled.bin')).toEqual({ exists: false });
     const ch = await h.burrow.app.inject({
       method: 'POST',
       url: `/v1/sandboxes/${id}/files/chmod`,

@@ -88,7 +88,17 @@ export const BatchWriteFileSchema = z
     /** Permission bits as an octal string. @default '644' */
     mode: OctalModeSchema.default('644'),
   })
-  .strict();
+  .strict()
+  .refine((file) => file.encoding !== 'base64' || isBase64(file.content), {
+    message: 'content is not base64 (standard alphabet A-Z a-z 0-9 + /, optional = padding, no spaces)',
+    path: ['content'],
+  });
+
+/** Standard base64 (RFC 4648 §4), padded or not: what Node would otherwise decode leniently, dropping bad bytes. */
+function isBase64(text: string): boolean {
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text)) return false;
+  return text.endsWith('=') ? text.length % 4 === 0 : text.length % 4 !== 1;
+}
 
 /** Body of `POST .../files/batch`: several files written in one call, in order, each atomically. */
 export const BatchWriteRequestSchema = z

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { BatchWriteRequestSchema } from './files.js';
 import { CreateApiKeyRequestSchema } from './keys.js';
 import { CreateSandboxRequestSchema, ListSandboxesQuerySchema } from './sandbox.js';
 
@@ -27,5 +28,21 @@ describe('exec requests', () => {
     const under = Array(8).fill('x'.repeat(Math.floor(MAX_COMMAND_BYTES / 8) - 64));
     expect(ExecRequestSchema.safeParse({ cmd: ['echo', ...under] }).success).toBe(true);
     expect(ExecRequestSchema.safeParse({ cmd: ['true'], env: { A: 'y'.repeat(30_000) } }).success).toBe(true);
+  });
+});
+
+describe('batch file writes', () => {
+  it('refuse content that is not base64 when encoding is base64 (Node would decode it leniently)', () => {
+    const ok = (content: string) =>
+      BatchWriteRequestSchema.safeParse({ files: [{ path: '/x', content, encoding: 'base64' }] }).success;
+    expect(ok('!!!notb64')).toBe(false);
+    expect(ok('AAEC AA==')).toBe(false);
+    expect(ok('A')).toBe(false);
+    expect(ok('AAE=A')).toBe(false);
+    expect(ok('AAE')).toBe(true);
+    expect(ok('AAEC')).toBe(true);
+    expect(ok('AA==')).toBe(true);
+    expect(ok('')).toBe(true);
+    expect(BatchWriteRequestSchema.safeParse({ files: [{ path: '/x', content: '!!!' }] }).success).toBe(true);
   });
 });
