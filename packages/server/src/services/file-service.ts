@@ -9,7 +9,8 @@ import type { SandboxService } from './sandbox-service.js';
 
 const FS_HINTS: Partial<Record<ErrorCode, string>> = {
   file_not_found: 'list the directory with GET /v1/sandboxes/{id}/files?path=…',
-  invalid_path: 'use an absolute path inside the sandbox without NUL bytes, for example /root/a.txt',
+  invalid_path:
+    'use an absolute path inside the sandbox (at most 4096 bytes, names of at most 255, for example /root/a.txt); the root itself cannot be removed or moved, nor a directory into itself',
   is_a_directory: 'name a file, or list the directory instead',
   not_a_directory: 'check each component of the path',
   directory_not_empty: 'pass recursive=true to remove it with its contents',
