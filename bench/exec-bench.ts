@@ -10,10 +10,10 @@
  * the bench measured the client's CPU as the server's. The driver-only round trip and the in-sandbox floor have no
  * client and stay in this process; so does the background command row (a start and a wait, no output).
  */
-import { type ChildProcess, fork } from 'node:child_process';
 import type { RuntimeDriver } from '@burrow/runtime';
 import { Sandbox } from '@burrow/sdk';
 import type { ExecClientReply, ExecClientRequest } from './exec-client.js';
+import { startForkedClient } from './forked-client.js';
 import type { RawRunsc } from './raw-runsc.js';
 import { type Summary, summarize, time } from './stats.js';
 
@@ -46,7 +46,11 @@ export async function benchExec(
   const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: 600_000 });
   const rawId = 'rawexec0';
   await raw.create(rawId);
-  const client = await startClient(conn, sandbox.id);
+  const client = await startForkedClient<ExecClientRequest, ExecClientReply>(
+    new URL('./exec-client.ts', import.meta.url),
+    [conn.apiUrl, conn.apiKey, sandbox.id],
+    'exec client',
+  );
   const cmd = `head -c ${STREAM_BYTES} /dev/zero`;
   // The transport without head's small writes (head alone tops out at ~50-70 MB/s inside gVisor): 1 MiB writes.
   const ddCmd = `dd if=/dev/zero bs=1M count=${STREAM_BYTES / 1024 / 1024} 2>/dev/null`;
@@ -196,43 +200,4 @@ export async function benchExec(
       target: '—',
     },
   ];
-}
-
-/** A forked bench/exec-client.ts connected to `sandboxId`; `call` answers the client's own duration in ms. */
-interface ExecClient {
-  call(request: ExecClientRequest): Promise<{ durationMs: number; stdoutBytes: number }>;
-  close(): void;
-}
-
-/** Forks bench/exec-client.ts connected to `sandboxId` and waits for its ready message. */
-async function startClient(conn: { apiUrl: string; apiKey: string }, sandboxId: string): Promise<ExecClient> {
-  const child: ChildProcess = fork(
-    new URL('./exec-client.ts', import.meta.url),
-    [conn.apiUrl, conn.apiKey, sandboxId],
-    {
-      execArgv: ['--import', 'tsx'],
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    },
-  );
-  const next = () =>
-    new Promise<{ durationMs: number; stdoutBytes: number }>((resolve, reject) => {
-      const onExit = (code: number | null) => reject(new Error(`exec client exited (${code})`));
-      child.once('exit', onExit);
-      child.once('message', (reply: ExecClientReply) => {
-        child.off('exit', onExit);
-        if (reply.ok) resolve({ durationMs: reply.durationMs, stdoutBytes: reply.stdoutBytes });
-        else reject(new Error(`exec client: ${reply.message}`));
-      });
-    });
-  await next();
-  return {
-    call: (request) => {
-      const answer = next();
-      child.send(request);
-      return answer;
-    },
-    close: () => {
-      if (child.connected) child.disconnect();
-    },
-  };
 }

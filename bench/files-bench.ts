@@ -6,7 +6,7 @@
  * the sandbox's own mounted disk (the ceiling of the loop-mounted ext4 under overlayfs), in the same run. Each metric
  * names the 1-minute load average at its end: the machine is shared, and a loaded host slows every column.
  */
-import { type ChildProcess, execFileSync, fork, spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, existsSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
@@ -18,6 +18,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { Sandbox } from '@burrow/sdk';
 import type { ExecRow } from './exec-bench.js';
 import type { ClientReply, ClientRequest } from './files-client.js';
+import { startForkedClient } from './forked-client.js';
 import { summarize, time } from './stats.js';
 
 const TREE_FILES = 10_000;
@@ -62,7 +63,15 @@ export async function benchFiles(
   const treeDownTar: number[] = [];
   const hostTar: number[] = [];
   const upCost: string[] = [];
-  const client = await startClient(conn, sandbox.id);
+  const forked = await startForkedClient<ClientRequest, ClientReply>(
+    new URL('./files-client.ts', import.meta.url),
+    [conn.apiUrl, conn.apiKey, sandbox.id],
+    'files client',
+  );
+  const client = {
+    transfer: async (request: ClientRequest) => (await forked.call(request)).durationMs,
+    close: () => forked.close(),
+  };
   try {
     for (let i = 0; i < samples; i++) {
       options.log(`files: large file ${i + 1}/${samples} (${bigBytes} bytes)`);
@@ -248,42 +257,6 @@ async function serverCost(costs: string[], transfer: () => Promise<number>): Pro
     observer.disconnect();
     costs.push(`${Math.round((cpu.user + cpu.system) / 1000)}, ${Math.round(gcMs)} (${majorGcs} major), ${heapMiB}`);
   }
-}
-
-/** Forks bench/files-client.ts connected to `sandboxId`; `transfer` answers the client's own duration in ms. */
-async function startClient(
-  conn: { apiUrl: string; apiKey: string },
-  sandboxId: string,
-): Promise<{ transfer(request: ClientRequest): Promise<number>; close(): void }> {
-  const child: ChildProcess = fork(
-    new URL('./files-client.ts', import.meta.url),
-    [conn.apiUrl, conn.apiKey, sandboxId],
-    {
-      execArgv: ['--import', 'tsx'],
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    },
-  );
-  const next = () =>
-    new Promise<number>((resolve, reject) => {
-      const onExit = (code: number | null) => reject(new Error(`files client exited (${code})`));
-      child.once('exit', onExit);
-      child.once('message', (reply: ClientReply) => {
-        child.off('exit', onExit);
-        if (reply.ok) resolve(reply.durationMs);
-        else reject(new Error(`files client: ${reply.message}`));
-      });
-    });
-  await next();
-  return {
-    transfer: (request) => {
-      const answer = next();
-      child.send(request);
-      return answer;
-    },
-    close: () => {
-      child.disconnect();
-    },
-  };
 }
 
 async function writeBigFile(path: string, sizeBytes: number): Promise<void> {
