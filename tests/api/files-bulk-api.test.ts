@@ -42,22 +42,22 @@ function tarOf(
 
 describe('files: batch, exists, chmod, archives, watch', () => {
   test('batch writes several files (utf8 and base64) in one call; exists and chmod', async () => {
-    const res = await h.burrow.app.inject({
-      method: 'POST',
-      url: `/v1/sandboxes/${id}/files/batch`,
-      headers: h.admin,
-      payload: {
-        files: [
-          { path: '/root/b/one.txt', content: 'one' },
-          {
-            path: '/root/b/two.bin',
-            content: Buffer.from([0, 255, 1]).toString('base64'),
-            encoding: 'base64',
-            mode: '600',
-          },
-        ],
+    const batch = (files: Array<{ path: string; content: string; encoding?: string; mode?: string }>) =>
+      h.burrow.app.inject({
+        method: 'POST',
+        url: `/v1/sandboxes/${id}/files/batch`,
+        headers: h.admin,
+        payload: { files },
+      });
+    const res = await batch([
+      { path: '/root/b/one.txt', content: 'one' },
+      {
+        path: '/root/b/two.bin',
+        content: Buffer.from([0, 255, 1]).toString('base64'),
+        encoding: 'base64',
+        mode: '600',
       },
-    });
+    ]);
     expect(res.statusCode, res.body).toBe(200);
     expect(res.json().items.map((i: { path: string }) => i.path)).toEqual(['/root/b/one.txt', '/root/b/two.bin']);
     expect(await readFile(join(root, 'root/b/two.bin'))).toEqual(Buffer.from([0, 255, 1]));
@@ -72,18 +72,11 @@ describe('files: batch, exists, chmod, archives, watch', () => {
     expect(await exists('/root/b/one.txt')).toEqual({ exists: true });
     expect(await exists('/root/b/nope')).toEqual({ exists: false });
     // A batch stops at its first failing file: the error names it and the files written before it.
-    const partial = await h.burrow.app.inject({
-      method: 'POST',
-      url: `/v1/sandboxes/${id}/files/batch`,
-      headers: h.admin,
-      payload: {
-        files: [
-          { path: '/root/b/three.txt', content: '3' },
-          { path: '/root/b/one.txt/under-a-file', content: 'x' },
-          { path: '/root/b/four.txt', content: '4' },
-        ],
-      },
-    });
+    const partial = await batch([
+      { path: '/root/b/three.txt', content: '3' },
+      { path: '/root/b/one.txt/under-a-file', content: 'x' },
+      { path: '/root/b/four.txt', content: '4' },
+    ]);
     expect(partial.statusCode, partial.body).toBe(400);
     expect(partial.json().error.code).toBe('not_a_directory');
     expect(partial.json().error.message).toContain('files[1] (/root/b/one.txt/under-a-file)');
@@ -94,12 +87,7 @@ describe('files: batch, exists, chmod, archives, watch', () => {
     });
     expect(await exists('/root/b/three.txt')).toEqual({ exists: true });
     expect(await exists('/root/b/four.txt')).toEqual({ exists: false });
-    const notBase64 = await h.burrow.app.inject({
-      method: 'POST',
-      url: `/v1/sandboxes/${id}/files/batch`,
-      headers: h.admin,
-      payload: { files: [{ path: '/root/b/garbled.bin', content: '!!!notb64', encoding: 'base64' }] },
-    });
+    const notBase64 = await batch([{ path: '/root/b/garbled.bin', content: '!!!notb64', encoding: 'base64' }]);
     expect(notBase64.statusCode, notBase64.body).toBe(400);
     expect(notBase64.json().error.code).toBe('invalid_request');
     expect(notBase64.json().error.message).toContain('not base64');
