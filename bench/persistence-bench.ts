@@ -104,7 +104,8 @@ export async function benchPersistence(
   const dirtyResume: number[] = [];
   const rawDirtyPause: number[] = [];
   const rawDirtyResume: number[] = [];
-  for (let i = 0; i < Math.max(2, Math.min(cycles, 3)); i++) {
+  // Five samples at --iterations 10 (three before session 9: a p50 of three is its middle sample).
+  for (let i = 0; i < Math.max(2, Math.min(cycles, 5)); i++) {
     const sandbox = await Sandbox.create({ ...conn, memoryMiB: 1536, timeoutMs: 1_800_000 });
     await sandbox.commands.run(['sh', '-c', BALLAST]);
     await sandbox.commands.run(['sh', '-c', 'while [ ! -e /tmp/ballast-ready ]; do sleep 0.2; done'], {
