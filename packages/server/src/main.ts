@@ -191,6 +191,9 @@ export interface Burrow {
  */
 export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promise<Burrow> {
   await mkdir(config.dataDir, { recursive: true, mode: 0o700 });
+  // Also a data dir made beforehand (`mkdir /srv/burrow` gives 0755): it holds the database, sandbox disks and
+  // their files, which no other host user may read; mkdir's mode applies only to a directory it makes.
+  await chmod(config.dataDir, 0o700);
   const logger = deps.logger ?? pino({ level: config.logLevel }, pino.destination(2));
   const clock = deps.clock ?? systemClock;
   const fsHolders = new FsHolders();

@@ -1,0 +1,42 @@
+import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createBurrow, loadConfig } from './main.js';
+import { FakeDriver } from './testing/fake-driver.js';
+import { FakeTemplateBuilder } from './testing/fake-template-builder.js';
+
+/** Fast layer: real SQLite and file system, the FAKE driver and template builder. */
+describe('data dir permissions', () => {
+  let parent = '';
+  afterEach(async () => {
+    if (parent !== '') await rm(parent, { recursive: true, force: true });
+  });
+
+  it('closes a data dir made beforehand with 0755 to other host users, and makes a new one 0700', async () => {
+    parent = await mkdtemp(join(tmpdir(), 'burrow-datadir-'));
+    for (const [name, premade] of [
+      ['premade', true],
+      ['fresh', false],
+    ] as const) {
+      const dataDir = join(parent, name);
+      if (premade) {
+        await mkdir(dataDir, { mode: 0o755 });
+        expect((await stat(dataDir)).mode & 0o777).toBe(0o755);
+      }
+      const driver = new FakeDriver(join(parent, `${name}-sandboxes`));
+      const burrow = await createBurrow(loadConfig({}, { dataDir, warmPool: [] }), {
+        driver,
+        templateBuilder: new FakeTemplateBuilder(join(parent, `${name}-templates`)),
+        logger: pino({ level: 'silent' }),
+      });
+      try {
+        expect((await stat(dataDir)).mode & 0o777).toBe(0o700);
+      } finally {
+        await burrow.close();
+        await driver.close();
+      }
+    }
+  });
+});
