@@ -214,12 +214,15 @@ describe('burrow keys and templates', () => {
 });
 
 describe('burrow sandbox rm', () => {
-  it('deletes the sandbox; info then exits with the not-found code', async () => {
-    const rm = await burrow(['sandbox', 'rm', sandboxId]);
-    expect(rm.code).toBe(0);
-    expect(rm.stdout).toBe(`${sandboxId}\n`);
+  it('deletes the sandbox through its delete alias; info and rm then exit with the not-found code', async () => {
+    const deleted = await burrow(['sandbox', 'delete', sandboxId]);
+    expect(deleted.code).toBe(0);
+    expect(deleted.stdout).toBe(`${sandboxId}\n`);
     const info = await burrow(['sandbox', 'info', sandboxId]);
     expect(info.code).toBe(3);
     expect(info.stderr).toMatch(/^error: /);
+    const rm = await burrow(['sandbox', 'rm', sandboxId]);
+    expect(rm.code).toBe(3);
+    expect(rm.stderr).toMatch(/^error: /);
   });
 });

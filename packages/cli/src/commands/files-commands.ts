@@ -122,6 +122,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
 
   files
     .command('rm')
+    .alias('delete')
     .description('remove a file or symlink, or a directory with -r')
     .argument('<id>', 'sandbox id')
     .argument('<path>', 'absolute path in the sandbox')

@@ -184,6 +184,7 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
     });
   webhooks
     .command('rm')
+    .alias('delete')
     .description('remove a webhook and its pending deliveries')
     .argument('<id>', 'webhook id')
     .action(async (id: string, _options: unknown, command: Command) => {

@@ -107,6 +107,7 @@ export function registerPersistenceCommands(program: Command, context: CliContex
     });
   snapshot
     .command('rm')
+    .alias('delete')
     .description('delete snapshots and their bytes; prints each deleted ref')
     .argument('<ref...>', 'snapshot names or ids')
     .action(async (refs: string[], _options: unknown, command: Command) => {

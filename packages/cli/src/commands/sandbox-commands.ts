@@ -195,6 +195,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
 
   sandbox
     .command('rm')
+    .alias('delete')
     .description('delete sandboxes with everything they hold; prints each deleted id')
     .argument('<id...>', 'sandbox ids')
     .action(async (ids: string[], _options: unknown, command: Command) => {

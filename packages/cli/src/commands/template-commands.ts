@@ -61,6 +61,7 @@ export function registerTemplateCommands(program: Command, context: CliContext):
 
   template
     .command('rm')
+    .alias('delete')
     .description('delete templates; prints each deleted name')
     .argument('<name...>', 'template names')
     .action(async (names: string[], _options: unknown, command: Command) => {
