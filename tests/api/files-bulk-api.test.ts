@@ -90,7 +90,7 @@ describe('files: batch, exists, chmod, archives, watch', () => {
     const notBase64 = await batch([{ path: '/root/b/garbled.bin', content: '!!!notb64', encoding: 'base64' }]);
     expect(notBase64.statusCode, notBase64.body).toBe(400);
     expect(notBase64.json().error.code).toBe('invalid_request');
-    expect(notBase64.json().error.message).toContain('not base64');
+    expect(notBase64.json().error.message).toContain('/files/0/content must be standard base64');
     expect(await exists('/root/b/garbled.bin')).toEqual({ exists: false });
     const ch = await h.burrow.app.inject({
       method: 'POST',

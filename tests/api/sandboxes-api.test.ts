@@ -160,6 +160,8 @@ describe('sandboxes', () => {
     expect(r1.signal).toBeNull();
     const r2 = (await exec({ cmd: ['/bin/cat'], stdin: Buffer.from('bytes\0in').toString('base64') })).json();
     expect(Buffer.from(r2.stdout, 'base64').toString()).toBe('bytes\0in');
+    const unpadded = (await exec({ cmd: ['/bin/cat'], stdin: 'Ynl0ZXMAaW4' })).json();
+    expect(Buffer.from(unpadded.stdout, 'base64').toString()).toBe('bytes\0in');
     const r3 = (await exec({ cmd: 'sleep 5', timeoutMs: 200 })).json();
     expect(r3).toMatchObject({ timedOut: true, exitCode: null, signal: 'SIGKILL' });
     expect(r3.durationMs).toBeLessThan(4000);
@@ -168,7 +170,9 @@ describe('sandboxes', () => {
     expectError(await exec({ cmd: '' }), 400, 'invalid_request');
     expectError(await exec({ cmd: [] }), 400, 'invalid_request');
     expectError(await exec({ cmd: 'true', timeoutMs: 0 }), 400, 'invalid_request');
-    expectError(await exec({ cmd: 'true', stdin: 'not base64!' }), 400, 'invalid_request');
+    const notBase64 = await exec({ cmd: 'true', stdin: 'Ynl0-ZXM' });
+    expectError(notBase64, 400, 'invalid_request');
+    expect(notBase64.json().error.message).toContain('/stdin must be standard base64');
     expectError(
       await h.burrow.app.inject({
         method: 'POST',

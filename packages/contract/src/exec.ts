@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { Base64Schema } from './base64.js';
 import { EnvSchema, SandboxPathSchema } from './common.js';
 
 /** Largest `timeoutMs` of one command: 86_400_000 (24 hours). */
@@ -62,8 +63,8 @@ export const ExecRequestSchema = z
     user: UserSchema.optional(),
     /** Kill the command's process group after this many ms (1 ms to 24 h). @default 60_000 (1 minute) */
     timeoutMs: z.number().int().min(1).max(MAX_EXEC_TIMEOUT_MS).default(DEFAULT_EXEC_TIMEOUT_MS),
-    /** Bytes for the command's stdin, base64; stdin is closed after them. @default empty */
-    stdin: z.base64().max(14_000_000).optional(),
+    /** Bytes for the command's stdin, base64 ({@link Base64Schema}); stdin is closed after them. @default empty */
+    stdin: Base64Schema.max(14_000_000).optional(),
   })
   .strict()
   .refine((r) => commandBytes(r.cmd, r.env) <= MAX_COMMAND_BYTES, {

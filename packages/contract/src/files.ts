@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { BASE64_RULE_MESSAGE, isStandardBase64 } from './base64.js';
 import { InstantSchema, SandboxPathSchema } from './common.js';
 
 /** Largest body of one `POST .../files/batch` call (JSON, contents inline): 64 MiB. Bigger sets go as a tar. */
@@ -81,7 +82,7 @@ export const ChmodRequestSchema = z
 export const BatchWriteFileSchema = z
   .object({
     path: SandboxPathSchema,
-    /** The contents, as UTF-8 text or base64 per `encoding`. */
+    /** The contents, as UTF-8 text or base64 ({@link isStandardBase64}) per `encoding`. */
     content: z.string(),
     /** @default 'utf8' */
     encoding: z.enum(['utf8', 'base64']).default('utf8'),
@@ -89,16 +90,10 @@ export const BatchWriteFileSchema = z
     mode: OctalModeSchema.default('644'),
   })
   .strict()
-  .refine((file) => file.encoding !== 'base64' || isBase64(file.content), {
-    message: 'content is not base64 (standard alphabet A-Z a-z 0-9 + /, optional = padding, no spaces)',
+  .refine((file) => file.encoding !== 'base64' || isStandardBase64(file.content), {
+    message: BASE64_RULE_MESSAGE,
     path: ['content'],
   });
-
-/** Standard base64 (RFC 4648 §4), padded or not: what Node would otherwise decode leniently, dropping bad bytes. */
-function isBase64(text: string): boolean {
-  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text)) return false;
-  return text.endsWith('=') ? text.length % 4 === 0 : text.length % 4 !== 1;
-}
 
 /** Body of `POST .../files/batch`: several files written in one call, in order, each atomically. */
 export const BatchWriteRequestSchema = z

@@ -46,3 +46,20 @@ describe('batch file writes', () => {
     expect(BatchWriteRequestSchema.safeParse({ files: [{ path: '/x', content: '!!!' }] }).success).toBe(true);
   });
 });
+
+describe('base64 request fields', () => {
+  it('follow one rule in exec stdin and batch file contents, and name the field that breaks it', async () => {
+    const { ExecRequestSchema } = await import('./exec.js');
+    const stdin = (text: string) => ExecRequestSchema.safeParse({ cmd: ['cat'], stdin: text });
+    const content = (text: string) =>
+      BatchWriteRequestSchema.safeParse({ files: [{ path: '/x', content: text, encoding: 'base64' }] });
+    for (const text of ['', 'aGk=', 'aGk']) {
+      expect(stdin(text).success, text).toBe(true);
+      expect(content(text).success, text).toBe(true);
+    }
+    for (const text of ['aGk-', 'aG k=', 'a', 'a=Gk']) {
+      expect(stdin(text).error?.issues[0]?.path, text).toEqual(['stdin']);
+      expect(content(text).error?.issues[0]?.path, text).toEqual(['files', 0, 'content']);
+    }
+  });
+});

@@ -1,4 +1,5 @@
 import {
+  Base64Schema,
   CommandInfoSchema,
   CommandListSchema,
   CommandParamsSchema,
@@ -16,8 +17,8 @@ import { ControlKind } from './command-service.js';
 
 const StdinRequestSchema = z
   .object({
-    /** Bytes for the command's stdin (PTY: its input), base64. */
-    data: z.base64().max(14_000_000).optional(),
+    /** Bytes for the command's stdin (PTY: its input), base64 ({@link Base64Schema}). */
+    data: Base64Schema.max(14_000_000).optional(),
     /** Close stdin after `data` (on a PTY: send end-of-file, ^D). @default false */
     close: z.boolean().default(false),
   })
