@@ -393,6 +393,31 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     expect(await readdir(join(dataDir, 'sandboxes', parent))).not.toContain(expect.stringMatching(/^fork-/));
   });
 
+  it('a container gets its own CPU limit once it runs: created, resumed, and as a fork child', async () => {
+    // runsc boots and restores a container on every host CPU (restores under a 1-CPU quota were ~35 % slower);
+    // the driver sets the sandbox's limit right after. Checked in the cgroup itself after each way of starting.
+    const quotaUs = async (id: string) => {
+      const cpu = (await findSandboxCgroups('/sys/fs/cgroup', id)).find((d) => d.includes('/cpu/'));
+      if (cpu === undefined) throw new Error(`no cpu cgroup for ${id}`);
+      return Number((await readFile(join(cpu, 'cpu.cfs_quota_us'), 'utf8')).trim());
+    };
+    const expected = Math.round(RESOURCES.cpuCount * 100_000);
+    const parent = await create();
+    expect(await quotaUs(parent)).toBe(expected);
+    await driver.pause(parent);
+    await driver.resume(options(parent));
+    expect(await quotaUs(parent)).toBe(expected);
+    const child = testSandboxId();
+    created.add(child);
+    await driver.fork(parent, {
+      template,
+      resources: RESOURCES,
+      children: [{ sandboxId: child, hostname: 'cpu-child' }],
+    });
+    expect(await quotaUs(child)).toBe(expected);
+    expect(await quotaUs(parent)).toBe(expected);
+  });
+
   it('fork of a paused sandbox leaves it paused; the children run', async () => {
     const parent = await create();
     const [atPause] = await startCounter(parent);

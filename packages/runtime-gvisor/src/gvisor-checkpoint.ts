@@ -49,8 +49,8 @@ export interface CheckpointHost {
   prepareBundle(options: CreateOptions, made: UndoList): Promise<void>;
   /** Run a runsc step whose output goes to the sandbox's logs. @throws RuntimeError with the log tail */
   runscStep(sandboxId: string, args: string[], step: string, signal: AbortSignal | undefined): Promise<void>;
-  /** After a container runs again: OOM preferences, counters. */
-  started(sandboxId: string, sentryPid: number): Promise<void>;
+  /** After a container runs again: its CPU limit (`cpuCount` CPUs), OOM preferences, counters. */
+  started(sandboxId: string, sentryPid: number, cpuCount: number): Promise<void>;
   /** Remove the sandbox's cgroup directories. */
   removeCgroups(sandboxId: string): Promise<void>;
   /** Whether the gofer of the running sandbox whose sentry is `sentryPid` has exited (false when it cannot tell). */
@@ -691,10 +691,10 @@ export class GvisorCheckpointer {
         throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'} right after restore`);
       }
       if (alongside === undefined) {
-        await this.host.started(sandboxId, state.pid);
+        await this.host.started(sandboxId, state.pid, options.resources.cpuCount);
         timer?.mark('stateAndStarted');
       } else {
-        await Promise.all([this.host.started(sandboxId, state.pid), alongside()]);
+        await Promise.all([this.host.started(sandboxId, state.pid, options.resources.cpuCount), alongside()]);
         timer?.mark('stateStartedAndHostname');
         // A stub process the step started meanwhile may have missed the walk: mark again, off the critical path.
         void preferStubsForOomKill(state.pid).catch(() => undefined);

@@ -1,4 +1,4 @@
-import { open, readdir, readFile, rmdir } from 'node:fs/promises';
+import { open, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { RuntimeError } from '@burrow/runtime';
 import { runCommand, tail } from './run-command.js';
@@ -241,6 +241,33 @@ export async function removeCgroupDirs(dirs: readonly string[], waitMs = 2000): 
       await new Promise((r) => setTimeout(r, 20));
     }
   }
+}
+
+/** CFS period of every sandbox's CPU quota, µs (the kernel's default). */
+export const CPU_PERIOD_US = 100_000;
+
+/**
+ * Set the CPU quota of the running container `<parent>/<name>` to `cpuCount` CPUs (`cpuCount` × {@link CPU_PERIOD_US}
+ * per period): `cpu.cfs_quota_us` in the v1 `cpu` hierarchy, else `cpu.max` in a v2 (unified) one.
+ * @throws RuntimeError when neither exists or the write fails (the sandbox would run without its limit)
+ */
+export async function setCpuQuota(cgroupRoot: string, parent: string, name: string, cpuCount: number): Promise<void> {
+  const quotaUs = Math.round(cpuCount * CPU_PERIOD_US);
+  const v1 = join(cgroupRoot, 'cpu', parent, name);
+  const attempts: Array<[string, string]> = [
+    [join(v1, 'cpu.cfs_quota_us'), String(quotaUs)],
+    [join(cgroupRoot, parent, name, 'cpu.max'), `${quotaUs} ${CPU_PERIOD_US}`],
+  ];
+  const errors: string[] = [];
+  for (const [file, value] of attempts) {
+    try {
+      await writeFile(file, value);
+      return;
+    } catch (error) {
+      errors.push(`${file}: ${(error as NodeJS.ErrnoException).code ?? String(error)}`);
+    }
+  }
+  throw new RuntimeError(`setting the CPU limit of ${name} failed`, errors.join('\n'));
 }
 
 /** The `oom_kill` counter of a v1 memory cgroup, or null when the cgroup does not exist. */
