@@ -63,6 +63,11 @@ export function cgroupParentHash(dataDir: string): string {
   return createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 12);
 }
 
+/** Annotation of a sandbox's bundle: its own CPU limit (CPUs), which afterStart sets once runsc has started it. */
+const CPU_COUNT_ANNOTATION = 'dev.burrow.cpu-count';
+/** The part of a bundle's config.json that {@link GvisorDriver.settle} reads. */
+type OciAnnotated = { annotations?: Record<string, string> };
+
 /** CPUs a container may use while runsc boots or restores it: all of the host's (its own limit is set after). */
 const BOOT_CPU_COUNT = availableParallelism();
 
@@ -323,7 +328,19 @@ export class GvisorDriver implements RuntimeDriver {
   async settle(sandboxId: string): Promise<void> {
     // A read-only inspection mount a crash left would hold the image while a resume mounts it read-write.
     await releaseInspectMount(this.paths(sandboxId).dir);
-    return this.checkpointer.settle(sandboxId);
+    await this.checkpointer.settle(sandboxId);
+    // A crash between runsc's start or restore and afterStart left the container on its boot quota (every CPU).
+    if ((await this.runsc.state(sandboxId))?.status === 'running') await this.enforceCpuLimit(sandboxId);
+  }
+
+  /** Set the CPU limit recorded in the running container's bundle ({@link CPU_COUNT_ANNOTATION}), if it has one. */
+  private async enforceCpuLimit(sandboxId: string): Promise<void> {
+    const spec = await readFile(join(this.paths(sandboxId).dir, 'config.json'), 'utf8').catch(() => null);
+    const recorded = spec === null ? undefined : (JSON.parse(spec) as OciAnnotated).annotations?.[CPU_COUNT_ANNOTATION];
+    const cpuCount = Number(recorded);
+    if (recorded !== undefined && Number.isFinite(cpuCount) && cpuCount > 0) {
+      await setCpuQuota(this.cgroupRoot, this.cgroupParent, sandboxId, cpuCount);
+    }
   }
 
   inspectDisk(sandboxId: string, options: InspectDiskOptions): Promise<DiskInspection> {
@@ -738,6 +755,8 @@ export class GvisorDriver implements RuntimeDriver {
         processLimit: this.processLimit(options.resources.memoryMiB),
         pidsLimit: this.pidsLimit(this.processLimit(options.resources.memoryMiB)),
       },
+      // The limit afterStart sets, for settle to set again after a crash between runsc's start and afterStart.
+      annotations: { [CPU_COUNT_ANNOTATION]: String(options.resources.cpuCount) },
     });
     await writeFile(join(paths.dir, 'config.json'), `${JSON.stringify(spec, null, 2)}\n`);
     // Listen before the container starts, so the agent's first connect succeeds.

@@ -51,6 +51,8 @@ export interface OciSpecInput {
   mounts?: BindMount[];
   /** Omitted for build sandboxes, which run without a cgroup of their own. */
   limits?: SpecLimits;
+  /** OCI `annotations`: Burrow's own facts about the container (runsc ignores keys it does not know). */
+  annotations?: Record<string, string>;
 }
 
 /** OCI runtime spec (the subset runsc reads) for one sandbox. */
@@ -73,6 +75,7 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
     },
     root: { path: input.rootPath, readonly: false },
     hostname: input.hostname,
+    ...(input.annotations === undefined ? {} : { annotations: input.annotations }),
     mounts: [
       { destination: '/proc', type: 'proc', source: 'proc' },
       { destination: '/dev', type: 'tmpfs', source: 'tmpfs' },
