@@ -421,6 +421,10 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     await writeFile(await quotaFile(child), '-1');
     await driver.settle(child);
     expect(await quotaUs(child)).toBe(expected);
+    // So does a create run again on a container that runs already (the step after a crash mid-start).
+    await writeFile(await quotaFile(parent), '-1');
+    await driver.create(options(parent));
+    expect(await quotaUs(parent)).toBe(expected);
   });
 
   it('fork of a paused sandbox leaves it paused; the children run', async () => {

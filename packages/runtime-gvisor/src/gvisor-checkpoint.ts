@@ -271,7 +271,9 @@ export class GvisorCheckpointer {
     const known = await this.containerKnown(sandboxId);
     const state = known ? await this.host.runsc.state(sandboxId) : null;
     if (state?.status === 'running') {
-      // A crash after the restore: the image is spent.
+      // A crash after the restore: the image is spent; what the crash may have cut short after the restore (the
+      // CPU limit, the OOM preferences) is done again.
+      await this.host.started(sandboxId, state.pid, options.resources.cpuCount);
       await rm(paths.checkpointDir, { recursive: true, force: true });
       return;
     }

@@ -375,7 +375,11 @@ export class GvisorDriver implements RuntimeDriver {
     const { sandboxId, signal } = options;
     const paths = this.paths(sandboxId);
     const existing = await this.runsc.state(sandboxId);
-    if (existing?.status === 'running') return;
+    if (existing?.status === 'running') {
+      // Started already (a create again after a crash): finish what the crash may have cut short after the start.
+      await this.afterStart(sandboxId, existing.pid, options.resources.cpuCount);
+      return;
+    }
     const checkAbort = (): void => {
       if (signal?.aborted) throw abortError(signal);
     };
