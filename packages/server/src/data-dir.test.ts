@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -37,6 +37,23 @@ describe('data dir permissions', () => {
         await burrow.close();
         await driver.close();
       }
+    }
+  });
+
+  it('refuses a shared data dir (world-writable or sticky, as /tmp) and leaves its mode alone', async () => {
+    parent = await mkdtemp(join(tmpdir(), 'burrow-datadir-'));
+    for (const mode of [0o1777, 0o777, 0o1755]) {
+      const dataDir = join(parent, `shared-${mode.toString(8)}`);
+      await mkdir(dataDir);
+      await chmod(dataDir, mode);
+      await expect(
+        createBurrow(loadConfig({}, { dataDir, warmPool: [] }), {
+          driver: new FakeDriver(join(parent, 'fake-sandboxes')),
+          templateBuilder: new FakeTemplateBuilder(join(parent, 'fake-templates')),
+          logger: pino({ level: 'silent' }),
+        }),
+      ).rejects.toThrow(/is shared .*directory of its own/);
+      expect((await stat(dataDir)).mode & 0o7777).toBe(mode);
     }
   });
 });

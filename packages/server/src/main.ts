@@ -1,4 +1,4 @@
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
 import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
@@ -192,7 +192,14 @@ export interface Burrow {
 export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promise<Burrow> {
   await mkdir(config.dataDir, { recursive: true, mode: 0o700 });
   // Also a data dir made beforehand (`mkdir /srv/burrow` gives 0755): it holds the database, sandbox disks and
-  // their files, which no other host user may read; mkdir's mode applies only to a directory it makes.
+  // their files, which no other host user may read; mkdir's mode applies only to a directory it makes. A shared
+  // directory (world-writable or sticky, as /tmp) is refused rather than closed to everyone else.
+  if (((await stat(config.dataDir)).mode & 0o1002) !== 0) {
+    throw new Error(
+      `the data dir ${config.dataDir} is shared (world-writable or sticky, like /tmp); give Burrow a directory of ` +
+        'its own (BURROW_DATA_DIR or --data-dir, e.g. /var/lib/burrow)',
+    );
+  }
   await chmod(config.dataDir, 0o700);
   const logger = deps.logger ?? pino({ level: config.logLevel }, pino.destination(2));
   const clock = deps.clock ?? systemClock;
