@@ -1,4 +1,5 @@
 import { constants } from 'node:os';
+import { ERROR_HTTP_STATUS } from '@burrow/contract';
 import type { ExitInfo } from '@burrow/sdk';
 import { BurrowError } from '@burrow/sdk';
 import { CommanderError } from 'commander';
@@ -10,7 +11,7 @@ export const ExitCode = {
   failure: 1,
   /** Bad usage or a request the server rejected as invalid. */
   usage: 2,
-  /** The sandbox, template, key or file does not exist. */
+  /** What the call names does not exist (any error the API answers with HTTP 404). */
   notFound: 3,
   /** No key, a bad key, or a key without the right. */
   auth: 4,
@@ -30,13 +31,12 @@ export class UsageError extends Error {
 }
 
 const USAGE_CODES = new Set(['invalid_request', 'invalid_json', 'invalid_path', 'payload_too_large']);
-const NOT_FOUND_CODES = new Set([
-  'sandbox_not_found',
-  'template_not_found',
-  'key_not_found',
-  'file_not_found',
-  'route_not_found',
-]);
+/** Every error code the API answers with 404: a sandbox, template, snapshot, key, file, command, webhook… */
+const NOT_FOUND_CODES = new Set(
+  Object.entries(ERROR_HTTP_STATUS)
+    .filter(([, status]) => status === 404)
+    .map(([code]) => code),
+);
 const AUTH_CODES = new Set(['unauthorized', 'forbidden']);
 
 /** The process exit code for an error thrown by a CLI command. */
