@@ -104,6 +104,15 @@ describe('exec stream (WebSocket)', () => {
     a.ws.send('not json');
     await a.closed;
     expect(a.frames.at(-1)).toMatchObject({ type: 'error', error: { code: 'invalid_request' } });
+    // A start frame whose field breaks its rule says which field (found by a breaker: "not a valid control frame").
+    const d = connect(id);
+    await opened(d.ws);
+    d.ws.send(JSON.stringify({ type: 'start', request: { cmd: ['true'], stdin: 'aGl' } }));
+    await d.closed;
+    expect(d.frames.at(-1)).toMatchObject({
+      type: 'error',
+      error: { code: 'invalid_request', message: expect.stringContaining('/request/stdin must be standard base64') },
+    });
     const b = connect('sbx_00000000000000000000');
     await opened(b.ws);
     b.ws.send(JSON.stringify({ type: 'start', request: { cmd: 'true' } }));

@@ -8,7 +8,7 @@ import {
 import type { SandboxFs } from '@burrow/runtime';
 import type { FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
-import { mapError } from '../http/error-mapping.js';
+import { invalidControlFrame, mapError } from '../http/error-mapping.js';
 import { principalOf } from '../http/principal.js';
 import type { ZodApp } from '../http/zod-app.js';
 import type { Services } from '../services/services.js';
@@ -140,7 +140,7 @@ class AttachSession {
       throw invalid('text frames are JSON control frames');
     }
     const parsed = CommandClientFrameSchema.safeParse(json);
-    if (!parsed.success) throw invalid('not a valid control frame', parsed.error.issues);
+    if (!parsed.success) throw invalidControlFrame(parsed.error.issues);
     const frame = parsed.data;
     if (frame.type === 'stdin_close')
       await commands.control(caller, id, commandId, ControlKind.stdinClose, Buffer.alloc(0));

@@ -160,3 +160,16 @@ export function mapError(error: unknown, requestId: string): MappedError {
     unexpected: true,
   };
 }
+
+/**
+ * The `invalid_request` for a WebSocket JSON control frame that fails its schema: the first issue (as a JSON
+ * pointer and zod's message, e.g. `/request/stdin must be standard base64 …`) in the message, all in details.
+ */
+export function invalidControlFrame(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): ApiError {
+  const first = issues[0];
+  const where = first === undefined ? '' : `: /${first.path.map(String).join('/')} ${first.message}`;
+  return new ApiError('invalid_request', `not a valid control frame${where}`, {
+    hint: 'fix the fields listed in details and send the frame again (docs/exec-protocol.md)',
+    details: issues,
+  });
+}

@@ -5,7 +5,7 @@ import type { FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
-import { mapError } from './error-mapping.js';
+import { invalidControlFrame, mapError } from './error-mapping.js';
 import { principalOf } from './principal.js';
 import { sendPrefixedBinary } from './ws-prefixed-frame.js';
 import type { ZodApp } from './zod-app.js';
@@ -102,7 +102,7 @@ class ExecSession {
       throw invalid('text frames are JSON control frames');
     }
     const parsed = ExecClientFrameSchema.safeParse(json);
-    if (!parsed.success) throw invalid('not a valid control frame', parsed.error.issues);
+    if (!parsed.success) throw invalidControlFrame(parsed.error.issues);
     const frame = parsed.data;
     if (frame.type === 'start') {
       if (this.process !== null || this.starting) throw invalid('start was already sent');
