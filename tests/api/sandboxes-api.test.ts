@@ -94,6 +94,19 @@ describe('sandboxes', () => {
       400,
       'invalid_json',
     );
+    // Valid JSON with a __proto__ key is refused (prototype pollution); the message says so (a breaker found "not
+    // valid JSON" alone misleading).
+    const proto = expectError(
+      await h.burrow.app.inject({
+        method: 'POST',
+        url: '/v1/sandboxes',
+        headers,
+        payload: '{"template":"base","__proto__":{"x":1}}',
+      }),
+      400,
+      'invalid_json',
+    );
+    expect(proto.error.message).toContain('__proto__');
     expectError(
       await h.burrow.app.inject({
         method: 'POST',

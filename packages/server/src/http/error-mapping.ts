@@ -15,8 +15,10 @@ export interface MappedError {
 const FASTIFY_CODES: Record<string, { code: ErrorCode; message: string; hint: string }> = {
   FST_ERR_CTP_INVALID_JSON_BODY: {
     code: ErrorCode.invalidJson,
-    message: 'the body is not valid JSON',
-    hint: 'send a JSON object with content-type application/json',
+    // fastify reports a `__proto__` or `constructor.prototype` key (refused against prototype pollution) the same
+    // way as broken JSON, without the cause: the message names both.
+    message: 'the body is not valid JSON, or it has a key named __proto__ or constructor.prototype (refused)',
+    hint: 'send a JSON object with content-type application/json, without __proto__ or constructor.prototype keys',
   },
   FST_ERR_CTP_EMPTY_JSON_BODY: {
     code: ErrorCode.invalidJson,
