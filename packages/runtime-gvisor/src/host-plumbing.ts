@@ -1,6 +1,7 @@
 import { open, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { RuntimeError } from '@burrow/runtime';
+import { CPU_PERIOD_US } from './oci-spec.js';
 import { runCommand, tail } from './run-command.js';
 
 /** Options of ext4 images: no reserved blocks, lazy init so mkfs of a large sparse file takes tens of ms. */
@@ -242,9 +243,6 @@ export async function removeCgroupDirs(dirs: readonly string[], waitMs = 2000): 
     }
   }
 }
-
-/** CFS period of every sandbox's CPU quota, µs (the kernel's default). */
-export const CPU_PERIOD_US = 100_000;
 
 /**
  * Set the CPU quota of the running container `<parent>/<name>` to `cpuCount` CPUs (`cpuCount` × {@link CPU_PERIOD_US}

@@ -17,6 +17,9 @@ const DEFAULT_CAPABILITIES = [
 ];
 
 /** Default PATH inside sandboxes. */
+/** CFS period of every sandbox's CPU quota, µs (the kernel's default). */
+export const CPU_PERIOD_US = 100_000;
+
 export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /** A bind mount of a host path into the sandbox. */
@@ -33,7 +36,7 @@ export interface SpecLimits {
   /** cgroup path, for example `/burrow/sbx_...`. */
   cgroupsPath: string;
   memoryMiB: number;
-  /** CPU cores; quota = cpuCount × 100_000 µs per 100_000 µs period. */
+  /** CPU cores; quota = cpuCount × {@link CPU_PERIOD_US} per period. */
   cpuCount: number;
   /** Host pids cgroup limit (gVisor needs about 2 host tasks per guest process on systrap). */
   pidsLimit: number;
@@ -98,7 +101,7 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
     (spec.linux as Record<string, unknown>).cgroupsPath = limits.cgroupsPath;
     (spec.linux as Record<string, unknown>).resources = {
       memory: { limit: memoryBytes, swap: memoryBytes },
-      cpu: { quota: Math.round(limits.cpuCount * 100_000), period: 100_000 },
+      cpu: { quota: Math.round(limits.cpuCount * CPU_PERIOD_US), period: CPU_PERIOD_US },
       pids: { limit: limits.pidsLimit },
     };
   }
