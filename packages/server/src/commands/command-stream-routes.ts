@@ -175,9 +175,8 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-function invalid(message: string, details?: unknown): ApiError {
+function invalid(message: string): ApiError {
   return new ApiError('invalid_request', message, {
     hint: 'follow the attach protocol: stdin as binary frames with channel 0, JSON control frames (docs/exec-protocol.md)',
-    ...(details === undefined ? {} : { details }),
   });
 }

@@ -218,9 +218,8 @@ class ExecSession {
   }
 }
 
-function invalid(message: string, details?: unknown): ApiError {
+function invalid(message: string): ApiError {
   return new ApiError('invalid_request', message, {
     hint: 'follow the exec stream protocol: a start frame first, stdin as binary frames with channel 0',
-    ...(details === undefined ? {} : { details }),
   });
 }
