@@ -9,7 +9,21 @@
  */
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { Sandbox } from '@burrow/sdk';
+
+/**
+ * V8's full garbage collection, for the server-memory readings (the bench runs the server in its own process): without
+ * it the RSS growth per paused sandbox of session 8's run read -7 KiB, the heap having shrunk in between. The flag is
+ * set at run time (`v8.setFlagsFromString`), and a context made after it sees the `gc` global.
+ */
+function collectGarbage(): void {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  gc();
+  gc();
+}
 
 /** What the density run found. */
 export interface DensityResult {
@@ -27,8 +41,10 @@ export interface DensityResult {
   paused: {
     target: number;
     reached: number;
-    /** Server RSS growth per paused sandbox, KiB. */
+    /** Server RSS growth per paused sandbox, KiB (after a full GC at both ends). */
     serverRssKiBPer: number;
+    /** Server JS heap growth per paused sandbox, KiB (after a full GC at both ends; absent before session 10). */
+    serverHeapKiBPer?: number;
     /** Kernel memory (Slab + PageTables + KernelStack) growth per paused sandbox, KiB. */
     kernelKiBPer: number;
     /** Disk used per paused sandbox (disk image blocks + pause image), MiB. */
@@ -113,12 +129,16 @@ export async function benchDensity(
   const failures: string[] = [];
   const all: Sandbox[] = [];
   const label = { bench: `density-${Date.now()}` };
-  const rssKiB = async () =>
-    Number(/^VmRSS:\s+(\d+)/m.exec(await readFile(`/proc/${options.serverPid}/status`, 'utf8'))?.[1] ?? 0);
+  const rssKiB = async () => {
+    collectGarbage();
+    return Number(/^VmRSS:\s+(\d+)/m.exec(await readFile(`/proc/${options.serverPid}/status`, 'utf8'))?.[1] ?? 0);
+  };
+  const heapKiB = () => process.memoryUsage().heapUsed / 1024;
   const settle = () => new Promise((resolve) => setTimeout(resolve, 5000));
   try {
     // Paused sandboxes first (each one ran a command before its pause).
     const rssBefore = await rssKiB();
+    const heapBefore = heapKiB();
     const kernelBefore = kernelKiB(await meminfoKiB());
     const diskBefore = await diskUsedKiB(options.dataDir);
     const pausedOnes: Sandbox[] = [];
@@ -141,6 +161,7 @@ export async function benchDensity(
       target: options.paused,
       reached: pausedOnes.length,
       serverRssKiBPer: Math.round(((await rssKiB()) - rssBefore) / n),
+      serverHeapKiBPer: Math.round((heapKiB() - heapBefore) / n),
       kernelKiBPer: Math.round((kernelKiB(await meminfoKiB()) - kernelBefore) / n),
       diskMiBPer: r1(((await diskUsedKiB(options.dataDir)) - diskBefore) / 1024 / n),
     };

@@ -5,6 +5,7 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DensityResult } from './density-bench.js';
+import type { HostConditions } from './host-conditions.js';
 import type { Summary } from './stats.js';
 
 /** One bench row. */
@@ -27,6 +28,8 @@ export interface RunResult {
   creates: number;
   poolSize: number;
   machine: Record<string, string | number>;
+  /** What the host did during the run (null in runs before session 10 and in density runs' older files). */
+  host: HostConditions | null;
   rows: Row[];
   notes: string[];
   density: DensityResult | null;
@@ -53,6 +56,7 @@ export async function loadRuns(resultsDir: string): Promise<Runs> {
       poolSize: 0,
       notes: [],
       density: null,
+      host: null,
       machine: {},
       ...parsed,
     } as RunResult);
@@ -66,8 +70,48 @@ export async function loadRuns(resultsDir: string): Promise<Runs> {
   };
 }
 
-const pct = (now: number, before: number) =>
-  `${now >= before ? '+' : ''}${Math.round(((now - before) / before) * 100)}%`;
+const change = (now: number, before: number) => (now - before) / before;
+const pct = (now: number, before: number) => `${now >= before ? '+' : ''}${Math.round(change(now, before) * 100)}%`;
+
+/** Rows are matched across runs by their name up to the first " (" (the rest may hold this run's figures). */
+const key = (r: Row) => r.metric.split(' (')[0];
+
+/** A run's host line: its own process start at both ends of the run, load, steal and busy CPU. */
+function hostLine(run: RunResult, previous: RunResult | null): string {
+  const h = run.host;
+  if (!h) return 'Host conditions were not recorded in this run.';
+  const p = previous?.host;
+  return (
+    `Host during the run: \`/bin/true\` started from Node in ${h.start.spawnP50Ms} ms (p50) at the start and ` +
+    `${h.end.spawnP50Ms} ms at the end${p ? ` (previous run: ${p.start.spawnP50Ms} and ${p.end.spawnP50Ms} ms)` : ''}; ` +
+    `load average ${h.start.loadAverage1m} → ${h.end.loadAverage1m}; CPU busy ${h.busyPct} % of all cores, ` +
+    `steal ${h.stealPct} %.`
+  );
+}
+
+/**
+ * The reproducibility check against the previous full run: how many rows' p50 (and, where the row has a raw
+ * baseline, ratio) stayed within ±20 %, and which did not.
+ */
+function reproducibility(run: RunResult, previous: RunResult): string[] {
+  const pairs = run.rows.flatMap((r) => {
+    const before = previous.rows.find((p) => key(p) === key(r));
+    return before ? [{ now: r, before }] : [];
+  });
+  const outside = pairs.filter(({ now, before }) => Math.abs(change(now.ours.p50, before.ours.p50)) > 0.2);
+  const withRatio = pairs.filter(({ now, before }) => now.ratio !== null && before.ratio !== null);
+  const ratioOutside = withRatio.filter(
+    ({ now, before }) => Math.abs(change(now.ratio as number, before.ratio as number)) > 0.2,
+  );
+  const list = (xs: typeof pairs, of: (r: Row) => number) =>
+    xs.map(({ now, before }) => `${key(now)} ${pct(of(now), of(before))}`).join('; ');
+  return [
+    `Reproducibility against ${previous.date} (target ±20 %): p50 of ${pairs.length - outside.length} of ` +
+      `${pairs.length} rows within${outside.length > 0 ? `; outside: ${list(outside, (r) => r.ours.p50)}` : ''}. ` +
+      `Ratio to raw of ${withRatio.length - ratioOutside.length} of ${withRatio.length} rows within` +
+      `${ratioOutside.length > 0 ? `; outside: ${list(ratioOutside, (r) => r.ratio as number)}` : ''}.`,
+  ];
+}
 
 function machineLine(m: Record<string, string | number>): string {
   return `${m.cpu}, ${m.cores} cores, ${m.memoryGiB} GiB, kernel ${m.kernel}, Node ${m.node}, ${m.runsc}`;
@@ -89,17 +133,19 @@ export function renderMarkdown(runs: Runs): string {
       `Run ${full.date}: ${full.iterations} iterations, ${full.creates} creates per time-to-first-command variant, warm`,
       `pool of ${full.poolSize}. Machine: ${machineLine(full.machine)}.`,
       previousFull ? `Previous full run: ${previousFull.date}.` : 'No previous full run to compare with.',
+      hostLine(full, previousFull),
       '',
       '| metric | p50 ms | p95 ms | p99 ms | raw p50 ms | raw p95 ms | ratio | vs previous | target |',
       '|---|---|---|---|---|---|---|---|---|',
     );
     for (const r of full.rows) {
-      const before = previousFull?.rows.find((p) => p.metric.split(' (')[0] === r.metric.split(' (')[0]);
-      const change = before ? pct(r.ours.p50, before.ours.p50) : '—';
+      const before = previousFull?.rows.find((p) => key(p) === key(r));
+      const vsPrevious = before ? pct(r.ours.p50, before.ours.p50) : '—';
       lines.push(
-        `| ${r.metric} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${change} | ${r.target} |`,
+        `| ${r.metric} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${vsPrevious} | ${r.target} |`,
       );
     }
+    if (previousFull) lines.push('', ...reproducibility(full, previousFull));
     for (const note of full.notes) lines.push('', note);
     lines.push('');
   }
@@ -115,7 +161,7 @@ export function renderMarkdown(runs: Runs): string {
       '| what | target | reached | per sandbox |',
       '|---|---|---|---|',
       `| idle running sandboxes | ${d.running.target} | ${d.running.reached} | PSS p50 ${d.running.pssMiBp50} MiB (max ${d.running.pssMiBmax}), cgroup ${d.running.cgroupMiBp50} MiB, MemAvailable −${d.running.memAvailableDropMiBPer} MiB |`,
-      `| paused sandboxes | ${d.paused.target} | ${d.paused.reached} | server RSS ${d.paused.serverRssKiBPer} KiB + kernel ${d.paused.kernelKiBPer} KiB (target ≤ 1 MiB); disk ${d.paused.diskMiBPer} MiB |`,
+      `| paused sandboxes | ${d.paused.target} | ${d.paused.reached} | server RSS ${d.paused.serverRssKiBPer} KiB${d.paused.serverHeapKiBPer === undefined ? '' : ` (JS heap ${d.paused.serverHeapKiBPer} KiB)`} + kernel ${d.paused.kernelKiBPer} KiB (target ≤ 1 MiB); disk ${d.paused.diskMiBPer} MiB |`,
       '',
     );
     const both = d.simultaneous;

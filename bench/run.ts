@@ -24,6 +24,7 @@ import { loadConfig, setup, startServer } from '@burrow/server';
 import { benchDensity, type DensityResult } from './density-bench.js';
 import { benchExec } from './exec-bench.js';
 import { benchFiles } from './files-bench.js';
+import { type HostConditions, startHostConditions } from './host-conditions.js';
 import { benchPersistence } from './persistence-bench.js';
 import { RawRunsc } from './raw-runsc.js';
 import { loadRuns, type Row, type RunResult, renderMarkdown } from './report.js';
@@ -65,7 +66,9 @@ async function main(): Promise<void> {
   const raw = new RawRunsc(join(work, 'raw'), base.rootfsDir);
   const rows: Row[] = [];
   let densityResult: DensityResult | null = null;
+  let host: HostConditions | null = null;
   const notes: string[] = [];
+  const conditions = await startHostConditions();
   try {
     if (density) {
       densityResult = await benchDensity(conn, {
@@ -104,6 +107,7 @@ async function main(): Promise<void> {
         );
       }
     }
+    host = await conditions.finish();
   } finally {
     await server.burrow.pool.drain().catch(() => undefined);
     await server.close();
@@ -119,6 +123,7 @@ async function main(): Promise<void> {
     creates,
     poolSize,
     machine: machineInfo(),
+    host,
     rows,
     notes,
     density: densityResult,
@@ -133,6 +138,7 @@ async function main(): Promise<void> {
     await writeFile(join(repo, 'docs', 'performance.md'), renderMarkdown(await loadRuns(resultsDir)));
   }
   if (densityResult) log(`density: ${JSON.stringify(densityResult)}`);
+  if (host) log(`host: ${JSON.stringify(host)}`);
   for (const r of rows) {
     log(
       `${r.metric}: p50 ${r.ours.p50} ms, p95 ${r.ours.p95} ms, p99 ${r.ours.p99} ms` +
