@@ -73,8 +73,24 @@ export async function loadRuns(resultsDir: string): Promise<Runs> {
 const change = (now: number, before: number) => (now - before) / before;
 const pct = (now: number, before: number) => `${now >= before ? '+' : ''}${Math.round(change(now, before) * 100)}%`;
 
-/** Rows are matched across runs by their name up to the first " (" (the rest may hold this run's figures). */
-const key = (r: Row) => r.metric.split(' (')[0];
+const prefix = (r: Row) => r.metric.split(' (')[0] as string;
+
+/**
+ * The row of `rows` that is `r` in another run: the same metric, or else the only one with the same name up to the
+ * first " (" (the files and stdout rows carry their run's figures in parentheses). Three exec rows share the prefix
+ * "exec round trip" and are told apart by the whole name; before session 10 a prefix-only match compared all three
+ * with the first one.
+ */
+function sameRow(rows: readonly Row[], r: Row): Row | undefined {
+  const exact = rows.find((p) => p.metric === r.metric);
+  if (exact) return exact;
+  const candidates = rows.filter((p) => prefix(p) === prefix(r));
+  return candidates.length === 1 ? candidates[0] : undefined;
+}
+
+/** A row's short name in the reproducibility line: its prefix, or its whole name where the prefix is shared. */
+const shortName = (rows: readonly Row[], r: Row) =>
+  rows.filter((p) => prefix(p) === prefix(r)).length === 1 ? prefix(r) : r.metric;
 
 /** A run's host line: its own process start at both ends of the run, load, steal and busy CPU. */
 function hostLine(run: RunResult, previous: RunResult | null): string {
@@ -95,7 +111,7 @@ function hostLine(run: RunResult, previous: RunResult | null): string {
  */
 function reproducibility(run: RunResult, previous: RunResult): string[] {
   const pairs = run.rows.flatMap((r) => {
-    const before = previous.rows.find((p) => key(p) === key(r));
+    const before = sameRow(previous.rows, r);
     return before ? [{ now: r, before }] : [];
   });
   const outside = pairs.filter(({ now, before }) => Math.abs(change(now.ours.p50, before.ours.p50)) > 0.2);
@@ -104,7 +120,7 @@ function reproducibility(run: RunResult, previous: RunResult): string[] {
     ({ now, before }) => Math.abs(change(now.ratio as number, before.ratio as number)) > 0.2,
   );
   const list = (xs: typeof pairs, of: (r: Row) => number) =>
-    xs.map(({ now, before }) => `${key(now)} ${pct(of(now), of(before))}`).join('; ');
+    xs.map(({ now, before }) => `${shortName(run.rows, now)} ${pct(of(now), of(before))}`).join('; ');
   return [
     `Reproducibility against ${previous.date} (target ±20 %): p50 of ${pairs.length - outside.length} of ` +
       `${pairs.length} rows within${outside.length > 0 ? `; outside: ${list(outside, (r) => r.ours.p50)}` : ''}. ` +
@@ -139,7 +155,7 @@ export function renderMarkdown(runs: Runs): string {
       '|---|---|---|---|---|---|---|---|---|',
     );
     for (const r of full.rows) {
-      const before = previousFull?.rows.find((p) => key(p) === key(r));
+      const before = previousFull ? sameRow(previousFull.rows, r) : undefined;
       const vsPrevious = before ? pct(r.ours.p50, before.ours.p50) : '—';
       lines.push(
         `| ${r.metric} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${vsPrevious} | ${r.target} |`,
