@@ -73,6 +73,9 @@ export async function loadRuns(resultsDir: string): Promise<Runs> {
 const change = (now: number, before: number) => (now - before) / before;
 const pct = (now: number, before: number) => `${now >= before ? '+' : ''}${Math.round(change(now, before) * 100)}%`;
 
+/** A table cell's text: a `|` in it (the tree rows' "tar|tar") would end the cell. */
+const cell = (text: string) => text.replaceAll('|', '\\|');
+
 const prefix = (r: Row) => r.metric.split(' (')[0] as string;
 
 /**
@@ -158,7 +161,7 @@ export function renderMarkdown(runs: Runs): string {
       const before = previousFull ? sameRow(previousFull.rows, r) : undefined;
       const vsPrevious = before ? pct(r.ours.p50, before.ours.p50) : '—';
       lines.push(
-        `| ${r.metric} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${vsPrevious} | ${r.target} |`,
+        `| ${cell(r.metric)} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${vsPrevious} | ${r.target} |`,
       );
     }
     if (previousFull) lines.push('', ...reproducibility(full, previousFull));
