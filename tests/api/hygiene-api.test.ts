@@ -105,14 +105,38 @@ describe('orphans and leaks', () => {
       now += 10 * GRACE_MS;
       const report = await h.burrow.reconciler.reconcileOnce();
       expect(report.orphansReaped).not.toContain(inFlight);
+      // Nor counted as a leak found: it may still get its row.
+      expect(report.orphansFound).not.toContain(inFlight);
     }
     expect((await h.driver.listHostResources()).sandboxIds).toContain(inFlight);
     release();
     await holding;
-    // Released without a row (a create that crashed): the grace starts now, then it goes.
-    expect((await h.burrow.reconciler.reconcileOnce()).orphansReaped).not.toContain(inFlight);
+    // Released without a row (a create that crashed): found now, the grace starts now, then it goes.
+    const found = await h.burrow.reconciler.reconcileOnce();
+    expect(found.orphansFound).toContain(inFlight);
+    expect(found.orphansReaped).not.toContain(inFlight);
     now += GRACE_MS;
     expect((await h.burrow.reconciler.reconcileOnce()).orphansReaped).toContain(inFlight);
+  });
+
+  test('a delete that ends between the host listing and the row listing is not a leak found', async () => {
+    const id = await create();
+    const original = h.driver.listHostResources.bind(h.driver);
+    // The reconciler's host listing sees the sandbox; its delete then finishes before the rows are read.
+    h.driver.listHostResources = async () => {
+      const listed = await original();
+      h.driver.listHostResources = original;
+      expect(listed.sandboxIds).toContain(id);
+      expect((await call('DELETE', `/sandboxes/${id}`)).status).toBe(204);
+      return listed;
+    };
+    try {
+      const report = await h.burrow.reconciler.reconcileOnce();
+      expect(report.orphansFound).not.toContain(id);
+      expect(h.driver.listHostResources).toBe(original);
+    } finally {
+      h.driver.listHostResources = original;
+    }
   });
 
   test('a failed deletion stays `deleting` and is retried with backoff until verified', async () => {

@@ -85,7 +85,19 @@ export class HostHygiene {
     );
     this.firstSeenMs = decision.firstSeenMs;
     const kindsOf = (id: string): HostResourceKind[] => host.kinds?.[id] ?? ['directory'];
+    // An operation that ended between the host listing and now (a delete that removed resources and row, a create
+    // that wrote its row after the rows were read) is no leak: before calling an id found, list the host again and
+    // read its row again. What is left of the race is an operation that starts after this check; that one holds the
+    // id's lock, which the reaping below waits for and re-checks under.
+    const stillThere = decision.newlySeen.length === 0 ? null : new Set((await driver.listHostResources()).sandboxIds);
     for (const id of decision.newlySeen) {
+      if (
+        stillThere !== null &&
+        (!stillThere.has(id) || mutex.isBusy(id) || (await sandboxes.getAcrossTenants(id)) !== null)
+      ) {
+        this.firstSeenMs.delete(id);
+        continue;
+      }
       report.orphansFound.push(id);
       metrics?.leak('found', kindsOf(id));
       logger.warn({ sandboxId: id, kinds: kindsOf(id), graceMs: this.graceMs }, 'host resources no row owns');

@@ -16,7 +16,9 @@ export interface OrphanDecision {
 /**
  * Decide which unowned host resources to reap.
  * A resource is reaped only once it was seen unowned for `graceMs` (first seen → due), never while `busy` (an
- * operation holds its id's lock: a create, fork or reset that has not written its row yet).
+ * operation holds its id's lock: a create, fork or reset that has not written its row yet, or a delete that has
+ * not removed everything yet). A busy id is neither found nor tracked: its grace starts at the first pass that
+ * sees it unowned and idle (before session 10 every create and delete that spanned a pass counted as a leak found).
  * @param nowMs epoch ms of this pass
  * @param hostIds ids with any resource on the host
  * @param ownedIds ids a row owns
@@ -37,12 +39,13 @@ export function orphansDue(
   const due: string[] = [];
   for (const id of [...new Set(hostIds)].sort()) {
     if (ownedIds.has(id)) continue;
+    // Whatever holds a busy id's lock may still write or remove its row: not a leak (yet), and its grace restarts.
+    if (busy(id)) continue;
     const seen = firstSeenMs.get(id);
     if (seen === undefined) newlySeen.push(id);
-    // A busy id restarts its grace: whatever holds the lock may still write the row.
-    const first = busy(id) ? nowMs : (seen ?? nowMs);
+    const first = seen ?? nowMs;
     next.set(id, first);
-    if (!busy(id) && nowMs - first >= graceMs) due.push(id);
+    if (nowMs - first >= graceMs) due.push(id);
   }
   return { newlySeen, due, firstSeenMs: next };
 }
