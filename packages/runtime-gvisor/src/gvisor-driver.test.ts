@@ -2,7 +2,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runDriverConformance } from '@burrow/runtime/conformance';
-import { GvisorDriver } from './gvisor-driver.js';
+import { cgroupParentHash, GvisorDriver } from './gvisor-driver.js';
 import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
 import { buildTemplate } from './template-builder.js';
@@ -31,8 +31,16 @@ runDriverConformance('gvisor', async () => {
       const ours = new Set([...(await runsc.list()), ...(await readdir(join(dataDir, 'sandboxes')).catch(() => []))]);
       for (const sandboxId of ours) await driver.delete(sandboxId);
       const left = await readdir(join(dataDir, 'sandboxes')).catch(() => []);
+      // close() removes this instance's cgroup parent `burrow/<hash>` (each CI run used to leave one behind).
+      await driver.close();
+      const parentDir = `/sys/fs/cgroup/cpu/burrow/${cgroupParentHash(dataDir)}`;
+      const parent = await readdir(parentDir).then(
+        () => true,
+        () => false,
+      );
       await rm(dataDir, { recursive: true, force: true });
       if (left.length > 0) throw new Error(`sandbox dirs left behind: ${left.join(', ')}`);
+      if (parent) throw new Error(`cgroup parent ${parentDir} left behind`);
     },
   };
 });
