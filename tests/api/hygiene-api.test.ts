@@ -139,6 +139,64 @@ describe('orphans and leaks', () => {
     }
   });
 
+  test('a create whose row is written after the pass read the rows is not a leak found', async () => {
+    const id = await create();
+    const rows = h.burrow.store.sandboxes;
+    const listRows = rows.listAcrossTenants.bind(rows);
+    const listHost = h.driver.listHostResources.bind(h.driver);
+    let stale = 0;
+    // Right after the pass's host listing, its row listing is one from before this create wrote its row.
+    h.driver.listHostResources = async () => {
+      const listed = await listHost();
+      h.driver.listHostResources = listHost;
+      rows.listAcrossTenants = async () => {
+        rows.listAcrossTenants = listRows;
+        stale += 1;
+        return (await listRows()).filter((row) => row.id !== id);
+      };
+      return listed;
+    };
+    try {
+      const report = await h.burrow.reconciler.reconcileOnce();
+      expect(stale).toBe(1);
+      expect(report.orphansFound).not.toContain(id);
+      expect((await call('GET', `/sandboxes/${id}`)).status).toBe(200);
+    } finally {
+      h.driver.listHostResources = listHost;
+      rows.listAcrossTenants = listRows;
+    }
+  });
+
+  test('with a grace of 0, a delete that ends between the two listings is neither found nor reaped', async () => {
+    const h0 = await startHarness({ orphanGraceMs: 0 });
+    try {
+      const res = await h0.burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers: h0.admin, payload: {} });
+      expect(res.statusCode, res.body).toBe(201);
+      const id = (JSON.parse(res.body) as { id: string }).id;
+      const original = h0.driver.listHostResources.bind(h0.driver);
+      const deletes: string[] = [];
+      const deleteOriginal = h0.driver.delete.bind(h0.driver);
+      h0.driver.delete = async (sandboxId: string) => {
+        deletes.push(sandboxId);
+        return deleteOriginal(sandboxId);
+      };
+      h0.driver.listHostResources = async () => {
+        const listed = await original();
+        h0.driver.listHostResources = original;
+        const del = await h0.burrow.app.inject({ method: 'DELETE', url: `/v1/sandboxes/${id}`, headers: h0.admin });
+        expect(del.statusCode, del.body).toBe(204);
+        return listed;
+      };
+      const report = await h0.burrow.reconciler.reconcileOnce();
+      expect(report.orphansFound).not.toContain(id);
+      expect(report.orphansReaped).not.toContain(id);
+      // The user's delete, once; the reconciler did not delete the id again.
+      expect(deletes).toEqual([id]);
+    } finally {
+      await h0.close();
+    }
+  });
+
   test('a failed deletion stays `deleting` and is retried with backoff until verified', async () => {
     const id = await create();
     const original = h.driver.delete.bind(h.driver);

@@ -90,12 +90,14 @@ export class HostHygiene {
     // read its row again. What is left of the race is an operation that starts after this check; that one holds the
     // id's lock, which the reaping below waits for and re-checks under.
     const stillThere = decision.newlySeen.length === 0 ? null : new Set((await driver.listHostResources()).sandboxIds);
+    const notLeaks = new Set<string>();
     for (const id of decision.newlySeen) {
       if (
         stillThere !== null &&
         (!stillThere.has(id) || mutex.isBusy(id) || (await sandboxes.getAcrossTenants(id)) !== null)
       ) {
         this.firstSeenMs.delete(id);
+        notLeaks.add(id);
         continue;
       }
       report.orphansFound.push(id);
@@ -103,7 +105,8 @@ export class HostHygiene {
       logger.warn({ sandboxId: id, kinds: kindsOf(id), graceMs: this.graceMs }, 'host resources no row owns');
     }
     for (const id of decision.due) {
-      if (!this.mayAttempt(id)) continue;
+      // With a grace of 0 a newly seen id is due at once: one the re-check cleared is not reaped either.
+      if (notLeaks.has(id) || !this.mayAttempt(id)) continue;
       try {
         await mutex.run(id, async () => {
           if ((await sandboxes.getAcrossTenants(id)) !== null) return;

@@ -61,15 +61,6 @@ describe('orphansDue', () => {
       expected: { newlySeen: ['sbx_b'], due: [], firstSeenMs: { sbx_b: T0 } },
     },
     {
-      name: 'once idle and still unowned it is found, and its grace starts then',
-      now: T0 + GRACE,
-      host: ['sbx_a'],
-      owned: [],
-      seen: {},
-      busy: [],
-      expected: { newlySeen: ['sbx_a'], due: [], firstSeenMs: { sbx_a: T0 + GRACE } },
-    },
-    {
       name: 'an id that got its row is dropped from tracking',
       now: T0 + GRACE,
       host: ['sbx_a'],
@@ -103,6 +94,15 @@ describe('orphansDue', () => {
     );
     expect({ ...decision, firstSeenMs: Object.fromEntries(decision.firstSeenMs) }).toEqual(expected);
   });
+});
+
+test('an id busy in one pass and idle and unowned in the next is found then, and its grace starts then', () => {
+  const busyPass = orphansDue(T0, ['sbx_a'], new Set(), new Map([['sbx_a', T0 - 10 * GRACE]]), GRACE, () => true);
+  expect(busyPass.newlySeen).toEqual([]);
+  const idlePass = orphansDue(T0 + GRACE, ['sbx_a'], new Set(), busyPass.firstSeenMs, GRACE, () => false);
+  expect(idlePass.newlySeen).toEqual(['sbx_a']);
+  expect(idlePass.due).toEqual([]);
+  expect(Object.fromEntries(idlePass.firstSeenMs)).toEqual({ sbx_a: T0 + GRACE });
 });
 
 describe('retryDelayMs', () => {
