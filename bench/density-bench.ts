@@ -43,7 +43,11 @@ export interface DensityResult {
     reached: number;
     /** Server RSS growth per paused sandbox, KiB (after a full GC at both ends). */
     serverRssKiBPer: number;
-    /** Server JS heap growth per paused sandbox, KiB (after a full GC at both ends; absent before session 10). */
+    /**
+     * JS heap growth of the bench process per paused sandbox, KiB, after a full GC at both ends (absent before
+     * session 10). The bench runs the server in its own process, so this also holds the run's SDK handles (one
+     * `Sandbox` object per sandbox): an upper bound of the server's share.
+     */
     serverHeapKiBPer?: number;
     /** Kernel memory (Slab + PageTables + KernelStack) growth per paused sandbox, KiB. */
     kernelKiBPer: number;

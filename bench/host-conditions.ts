@@ -33,7 +33,7 @@ export interface HostConditions {
   end: HostProbe;
   /** Steal over the whole run, % of all CPU time of all cores (0 where the hypervisor reports none). */
   stealPct: number;
-  /** Busy CPU (everything but idle and iowait) over the whole run, % of all cores. */
+  /** Busy CPU (everything but idle, iowait and steal) over the whole run, % of all cores. */
   busyPct: number;
 }
 

@@ -70,8 +70,16 @@ export async function loadRuns(resultsDir: string): Promise<Runs> {
   };
 }
 
-const change = (now: number, before: number) => (now - before) / before;
-const pct = (now: number, before: number) => `${now >= before ? '+' : ''}${Math.round(change(now, before) * 100)}%`;
+/**
+ * Change of `now` against `before` in whole percent, or null where it means nothing (no earlier value, an earlier
+ * value of 0 or less, a value that is not a finite number). Rounded once, so the ±20 % check and the printed figure
+ * agree (a +20.4 % change is +20 %, within).
+ */
+function changePct(now: number | null | undefined, before: number | null | undefined): number | null {
+  if (typeof now !== 'number' || typeof before !== 'number' || !Number.isFinite(now) || !(before > 0)) return null;
+  return Math.round(((now - before) / before) * 100);
+}
+const pct = (change: number) => `${change >= 0 ? '+' : ''}${change}%`;
 
 /** A table cell's text: a `|` in it (the tree rows' "tar|tar") would end the cell. */
 const cell = (text: string) => text.replaceAll('|', '\\|');
@@ -84,9 +92,12 @@ const prefix = (r: Row) => r.metric.split(' (')[0] as string;
  * "exec round trip" and are told apart by the whole name; before session 10 a prefix-only match compared all three
  * with the first one.
  */
-function sameRow(rows: readonly Row[], r: Row): Row | undefined {
+function sameRow(rows: readonly Row[], r: Row, current: readonly Row[]): Row | undefined {
   const exact = rows.find((p) => p.metric === r.metric);
   if (exact) return exact;
+  // The prefix must name one row in both runs: else an old run's single "exec round trip" row would stand in for
+  // each of the three of a newer run.
+  if (current.filter((p) => prefix(p) === prefix(r)).length !== 1) return undefined;
   const candidates = rows.filter((p) => prefix(p) === prefix(r));
   return candidates.length === 1 ? candidates[0] : undefined;
 }
@@ -114,21 +125,22 @@ function hostLine(run: RunResult, previous: RunResult | null): string {
  */
 function reproducibility(run: RunResult, previous: RunResult): string[] {
   const pairs = run.rows.flatMap((r) => {
-    const before = sameRow(previous.rows, r);
+    const before = sameRow(previous.rows, r, run.rows);
     return before ? [{ now: r, before }] : [];
   });
-  const outside = pairs.filter(({ now, before }) => Math.abs(change(now.ours.p50, before.ours.p50)) > 0.2);
-  const withRatio = pairs.filter(({ now, before }) => now.ratio !== null && before.ratio !== null);
-  const ratioOutside = withRatio.filter(
-    ({ now, before }) => Math.abs(change(now.ratio as number, before.ratio as number)) > 0.2,
-  );
-  const list = (xs: typeof pairs, of: (r: Row) => number) =>
-    xs.map(({ now, before }) => `${shortName(run.rows, now)} ${pct(of(now), of(before))}`).join('; ');
+  /** Rows whose `of` can be compared, and those of them outside ±20 %, each with its change. */
+  const check = (of: (r: Row) => number | null | undefined) => {
+    const compared = pairs.flatMap(({ now, before }) => {
+      const change = changePct(of(now), of(before));
+      return change === null ? [] : [{ now, change }];
+    });
+    const outside = compared.filter(({ change }) => Math.abs(change) > 20);
+    const list = outside.map(({ now, change }) => `${shortName(run.rows, now)} ${pct(change)}`).join('; ');
+    return `${compared.length - outside.length} of ${compared.length} rows within${list ? `; outside: ${list}` : ''}`;
+  };
   return [
-    `Reproducibility against ${previous.date} (target ±20 %): p50 of ${pairs.length - outside.length} of ` +
-      `${pairs.length} rows within${outside.length > 0 ? `; outside: ${list(outside, (r) => r.ours.p50)}` : ''}. ` +
-      `Ratio to raw of ${withRatio.length - ratioOutside.length} of ${withRatio.length} rows within` +
-      `${ratioOutside.length > 0 ? `; outside: ${list(ratioOutside, (r) => r.ratio as number)}` : ''}.`,
+    `Reproducibility against ${previous.date} (target ±20 %): p50 of ${check((r) => r.ours.p50)}. ` +
+      `Ratio to raw of ${check((r) => r.ratio)}.`,
   ];
 }
 
@@ -158,10 +170,11 @@ export function renderMarkdown(runs: Runs): string {
       '|---|---|---|---|---|---|---|---|---|',
     );
     for (const r of full.rows) {
-      const before = previousFull ? sameRow(previousFull.rows, r) : undefined;
-      const vsPrevious = before ? pct(r.ours.p50, before.ours.p50) : '—';
+      const before = previousFull ? sameRow(previousFull.rows, r, full.rows) : undefined;
+      const change = changePct(r.ours.p50, before?.ours.p50);
+      const vsPrevious = change === null ? '—' : pct(change);
       lines.push(
-        `| ${cell(r.metric)} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${vsPrevious} | ${r.target} |`,
+        `| ${cell(r.metric)} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${vsPrevious} | ${cell(r.target)} |`,
       );
     }
     if (previousFull) lines.push('', ...reproducibility(full, previousFull));
@@ -180,7 +193,7 @@ export function renderMarkdown(runs: Runs): string {
       '| what | target | reached | per sandbox |',
       '|---|---|---|---|',
       `| idle running sandboxes | ${d.running.target} | ${d.running.reached} | PSS p50 ${d.running.pssMiBp50} MiB (max ${d.running.pssMiBmax}), cgroup ${d.running.cgroupMiBp50} MiB, MemAvailable −${d.running.memAvailableDropMiBPer} MiB |`,
-      `| paused sandboxes | ${d.paused.target} | ${d.paused.reached} | server RSS ${d.paused.serverRssKiBPer} KiB${d.paused.serverHeapKiBPer === undefined ? '' : ` (JS heap ${d.paused.serverHeapKiBPer} KiB)`} + kernel ${d.paused.kernelKiBPer} KiB (target ≤ 1 MiB); disk ${d.paused.diskMiBPer} MiB |`,
+      `| paused sandboxes | ${d.paused.target} | ${d.paused.reached} | server RSS ${d.paused.serverRssKiBPer} KiB${d.paused.serverHeapKiBPer === undefined ? '' : ` (JS heap ${d.paused.serverHeapKiBPer} KiB, with the bench's own SDK handles)`} + kernel ${d.paused.kernelKiBPer} KiB (target ≤ 1 MiB); disk ${d.paused.diskMiBPer} MiB |`,
       '',
     );
     const both = d.simultaneous;

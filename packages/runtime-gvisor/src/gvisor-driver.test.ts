@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runDriverConformance } from '@burrow/runtime/conformance';
 import { cgroupParentHash, GvisorDriver } from './gvisor-driver.js';
-import { findSandboxCgroups, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
+import { cgroupChildren, findSandboxCgroups, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
 import { buildTemplate } from './template-builder.js';
 
@@ -33,14 +33,17 @@ runDriverConformance('gvisor', async () => {
       const left = await readdir(join(dataDir, 'sandboxes')).catch(() => []);
       // close() removes this instance's cgroup parent `burrow/<hash>` (each CI run used to leave one behind).
       await driver.close();
-      const parentDir = `/sys/fs/cgroup/cpu/burrow/${cgroupParentHash(dataDir)}`;
-      const parent = await readdir(parentDir).then(
-        () => true,
+      // In any controller (cpu, memory, pids, ...), and its owner record.
+      const parent = (await cgroupChildren('/sys/fs/cgroup', 'burrow')).includes(cgroupParentHash(dataDir));
+      const owner = await readdir('/run/burrow/cgroup-parents').then(
+        (names) => names.includes(cgroupParentHash(dataDir)),
         () => false,
       );
       await rm(dataDir, { recursive: true, force: true });
       if (left.length > 0) throw new Error(`sandbox dirs left behind: ${left.join(', ')}`);
-      if (parent) throw new Error(`cgroup parent ${parentDir} left behind`);
+      if (parent || owner) {
+        throw new Error(`cgroup parent burrow/${cgroupParentHash(dataDir)} left behind (owner record: ${owner})`);
+      }
     },
   };
 });
