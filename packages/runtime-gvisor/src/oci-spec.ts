@@ -16,10 +16,10 @@ const DEFAULT_CAPABILITIES = [
   'CAP_AUDIT_WRITE',
 ];
 
-/** Default PATH inside sandboxes. */
 /** CFS period of every sandbox's CPU quota, µs (the kernel's default). */
 export const CPU_PERIOD_US = 100_000;
 
+/** Default PATH inside sandboxes. */
 export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /** A bind mount of a host path into the sandbox. */
