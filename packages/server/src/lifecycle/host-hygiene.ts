@@ -89,13 +89,10 @@ export class HostHygiene {
     // that wrote its row after the rows were read) is no leak: before calling an id found, list the host again and
     // read its row again. What is left of the race is an operation that starts after this check; that one holds the
     // id's lock, which the reaping below waits for and re-checks under.
-    const stillThere = decision.newlySeen.length === 0 ? null : new Set((await driver.listHostResources()).sandboxIds);
+    const stillThere = new Set(decision.newlySeen.length === 0 ? [] : (await driver.listHostResources()).sandboxIds);
     const notLeaks = new Set<string>();
     for (const id of decision.newlySeen) {
-      if (
-        stillThere !== null &&
-        (!stillThere.has(id) || mutex.isBusy(id) || (await sandboxes.getAcrossTenants(id)) !== null)
-      ) {
+      if (!stillThere.has(id) || mutex.isBusy(id) || (await sandboxes.getAcrossTenants(id)) !== null) {
         this.firstSeenMs.delete(id);
         notLeaks.add(id);
         continue;
