@@ -61,6 +61,11 @@ export const ErrorCode = {
   snapshotExists: 'snapshot_exists',
   /** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
   checkpointRejected: 'checkpoint_rejected',
+  /**
+   * The sandbox cannot be checkpointed (pause, fork, snapshot with memory) in its present state: a process in it
+   * holds something no restore could give back; the message names the process. The sandbox keeps running.
+   */
+  pauseBlocked: 'pause_blocked',
   /** The runtime lacks the capability this call needs (for example `checkpoint`). */
   unsupported: 'unsupported',
   /** The sandbox is quarantined: exec, writes, commands, fork, reset and delete need an admin key until it is released. */
@@ -111,6 +116,7 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   snapshot_not_found: 404,
   snapshot_exists: 409,
   checkpoint_rejected: 422,
+  pause_blocked: 409,
   unsupported: 501,
   sandbox_quarantined: 409,
   quota_exceeded: 429,

@@ -29,6 +29,7 @@ import { AgentHub, AgentStartError } from './agent-hub.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { ensureGuestIdentity } from './guest-identity-files.js';
 import { GvisorCheckpointer, HostSocketOpenError, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
+import { assertNoHostFds, clearRunscExecMark, markRunscExec } from './host-fd-scan.js';
 import {
   cgroupChildren,
   cgroupDirs,
@@ -242,6 +243,8 @@ export class GvisorDriver implements RuntimeDriver {
     await this.agents.quiesce(sandboxId);
     const quiesceMs = Math.round(performance.now() - startedMs);
     try {
+      // An image holding a host descriptor saves without complaint and then never restores: refuse it up front.
+      await assertNoHostFds(this.runsc, sandboxId, this.paths(sandboxId).dir);
       try {
         return await step();
       } catch (error) {
@@ -283,10 +286,10 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   /**
-   * The agent's control connection for an exec, or null: then exec falls back to `runsc exec` at once (an agent
-   * still connecting after a start or resume is not waited for). After a server restart the listener is opened
-   * here and the agent, which retries every 100 ms, is waited for briefly. A sandbox that never got an agent (made
-   * before it existed) is logged once.
+   * The agent's control connection for an exec, or null: then exec falls back to `runsc exec`. An agent still
+   * connecting after a start, resume, fork or checkpoint is waited for until {@link AGENT_START_GRACE_MS} after
+   * its listener opened; after a server restart the listener is opened here and the agent, which retries every
+   * 100 ms, is waited for briefly. A sandbox whose agent does not come (made before it existed) is logged once.
    */
   private async agentControl(sandboxId: string): Promise<Socket | null> {
     const connected = await this.agents.control(sandboxId, 0);
@@ -296,18 +299,14 @@ export class GvisorDriver implements RuntimeDriver {
     if (listeningForMs === null) {
       if (!(await this.listenForAgent(sandboxId).catch(() => false))) return null;
       control = await this.agents.control(sandboxId, AGENT_RECONNECT_WAIT_MS);
+    } else if (listeningForMs < AGENT_START_GRACE_MS) {
+      // Just created, resumed or forked: the agent connects within ~100-300 ms. Waiting for it costs about what a
+      // `runsc exec` costs, and a `runsc exec` hands the command host descriptors that block the next checkpoint.
+      control = await this.agents.control(sandboxId, AGENT_START_GRACE_MS - listeningForMs);
     }
-    if (control === null && (listeningForMs === null || listeningForMs > AGENT_START_GRACE_MS)) {
-      if (!this.agentAbsent.has(sandboxId)) {
-        this.agentAbsent.add(sandboxId);
-        this.logger?.warn({ sandboxId }, 'no exec agent connected; exec uses runsc exec for this sandbox');
-      }
-    } else if (control === null) {
-      // Just created, resumed or forked: the agent connects within ~100 ms; this exec does not wait for it.
-      this.logger?.info(
-        { sandboxId, listeningForMs },
-        'exec agent not connected yet (sandbox just started or restored); this exec uses runsc exec',
-      );
+    if (control === null && !this.agentAbsent.has(sandboxId)) {
+      this.agentAbsent.add(sandboxId);
+      this.logger?.warn({ sandboxId }, 'no exec agent connected; exec uses runsc exec for this sandbox');
     }
     return control;
   }
@@ -427,6 +426,7 @@ export class GvisorDriver implements RuntimeDriver {
       }
     }
     const tag = randomBytes(6).toString('hex');
+    await markRunscExec(paths.dir);
     const process = await startSandboxProcess({
       runsc: this.runsc,
       sandboxId,
@@ -674,6 +674,8 @@ export class GvisorDriver implements RuntimeDriver {
    */
   private async afterStart(sandboxId: string, sentryPid: number, cpuCount: number): Promise<void> {
     await setCpuQuota(this.cgroupRoot, this.cgroupParent, sandboxId, cpuCount);
+    // A new container: no process in it holds a `runsc exec`'s descriptors.
+    await clearRunscExecMark(this.paths(sandboxId).dir);
     await preferStubsForOomKill(sentryPid);
     this.oomKillsSeen.set(sandboxId, (await readOomKillCount(this.memoryCgroup(sandboxId))) ?? 0);
     this.exitReported.delete(sandboxId);

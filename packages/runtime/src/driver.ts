@@ -285,18 +285,21 @@ export class CheckpointRejectedError extends Error {
 
 /**
  * A runtime step failed. `details` carries the runtime's own output for the log. `code` is set when the failure
- * is the caller's mistake (for example a cwd that does not exist: `invalid_request`), so the API can answer 4xx.
+ * is the caller's mistake or the sandbox's state (for example a cwd that does not exist: `invalid_request`; a
+ * process a checkpoint cannot save: `pause_blocked`), so the API can answer 4xx; `hint` then says what to do.
  */
 export class RuntimeError extends Error {
   override readonly name = 'RuntimeError';
   readonly code: ErrorCode | undefined;
+  readonly hint: string | undefined;
   constructor(
     message: string,
     readonly details?: string,
-    options?: { cause?: unknown; code?: ErrorCode },
+    options?: { cause?: unknown; code?: ErrorCode; hint?: string },
   ) {
     super(message, options);
     this.code = options?.code;
+    this.hint = options?.hint;
   }
 }
 

@@ -116,6 +116,11 @@ export class SandboxPausedError extends BurrowError {}
 export class SnapshotNotFoundError extends BurrowError {}
 /** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
 export class CheckpointRejectedError extends BurrowError {}
+/**
+ * The sandbox cannot be checkpointed (pause, fork, snapshot with memory) in its present state (`pause_blocked`,
+ * HTTP 409): the message names the process in the way; the sandbox keeps running.
+ */
+export class PauseBlockedError extends BurrowError {}
 /** The server's runtime cannot do this (for example pause without checkpoint support). */
 export class UnsupportedError extends BurrowError {}
 /** A tenant quota would be exceeded (`quota_exceeded`, HTTP 429); `details` says which limit; see `quota()`. */
@@ -162,6 +167,7 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   snapshot_not_found: SnapshotNotFoundError,
   snapshot_exists: ConflictError,
   checkpoint_rejected: CheckpointRejectedError,
+  pause_blocked: PauseBlockedError,
   unsupported: UnsupportedError,
   quota_exceeded: QuotaExceededError,
   webhook_not_found: WebhookNotFoundError,

@@ -54,6 +54,7 @@ export {
   FileSystemError,
   InvalidRequestError,
   KeyNotFoundError,
+  PauseBlockedError,
   PermissionDeniedError,
   ProtocolError,
   QuotaExceededError,

@@ -14,6 +14,7 @@ import {
   type CreateOptions,
   crashPoint,
   type RuntimeDriver,
+  RuntimeError,
   UnsupportedError,
 } from '@burrow/runtime';
 import type { Logger } from 'pino';
@@ -74,6 +75,12 @@ export function runtimeFailure(what: string, error: unknown): ApiError {
   if (error instanceof CheckpointRejectedError) {
     return new ApiError(ErrorCode.checkpointRejected, `${what}: ${error.message}`, {
       hint: 'the saved state is damaged or from another runtime version; it was not restored and is kept as it is',
+      cause: error,
+    });
+  }
+  if (error instanceof RuntimeError && error.code !== undefined) {
+    return new ApiError(error.code, `${what}: ${error.message}`, {
+      ...(error.hint === undefined ? {} : { hint: error.hint }),
       cause: error,
     });
   }
