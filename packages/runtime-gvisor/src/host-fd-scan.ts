@@ -38,6 +38,7 @@ const SCAN_SCRIPT = [
   'echo "self $$ $l" >&3',
   'wait $l',
   'echo end-of-fds >&3',
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansion, not a template
   'for d in /proc/[0-9]*; do p=${d#/proc/}; c=; read -r c < "$d/comm" 2>/dev/null; echo "comm $p $c" >&3; done',
 ].join('\n');
 
