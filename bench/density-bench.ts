@@ -15,7 +15,7 @@ import { Sandbox } from '@burrow/sdk';
 
 /**
  * V8's full garbage collection, for the server-memory readings (the bench runs the server in its own process): without
- * it the RSS growth per paused sandbox of session 8's run read -7 KiB, the heap having shrunk in between. The flag is
+ * it the RSS growth per paused sandbox can read negative (-7 KiB in one run), the heap having shrunk in between. The flag is
  * set at run time (`v8.setFlagsFromString`), and a context made after it sees the `gc` global.
  */
 function collectGarbage(): void {
@@ -44,8 +44,8 @@ export interface DensityResult {
     /** Server RSS growth per paused sandbox, KiB (after a full GC at both ends). */
     serverRssKiBPer: number;
     /**
-     * JS heap growth of the bench process per paused sandbox, KiB, after a full GC at both ends (absent before
-     * session 10). The bench runs the server in its own process, so this also holds the run's SDK handles (one
+     * JS heap growth of the bench process per paused sandbox, KiB, after a full GC at both ends (absent in older
+     * result files). The bench runs the server in its own process, so this also holds the run's SDK handles (one
      * `Sandbox` object per sandbox): an upper bound of the server's share.
      */
     serverHeapKiBPer?: number;
@@ -55,8 +55,8 @@ export interface DensityResult {
     diskMiBPer: number;
   };
   /**
-   * Both loads held at once (absent in runs before session 5, which paused the running ones to make up the paused
-   * count): what the API listed with every sandbox of the run created, and whether a sample of each still works.
+   * Both loads held at once (absent in older result files, whose runs paused the running ones to make up the
+   * paused count): what the API listed with every sandbox of the run created, and whether a sample of each still works.
    */
   simultaneous?: {
     /** Sandboxes of this run the API listed as `running` / `paused` at that moment. */

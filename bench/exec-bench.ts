@@ -5,9 +5,9 @@
  *
  * The SDK calls of the API round trip and of the two streamed-stdout rows run in a client process of their own
  * (bench/exec-client.ts, forked like the files bench's client), as an agent's SDK would (usually on another machine):
- * with the client in the server's process, its `ws` receiver copy, TCP reads and GC shared the server's one JS
- * thread, and the sandbox waits on that thread through its 208 KiB host socket window (ADR 0003, session 7), so
- * the bench measured the client's CPU as the server's. The driver-only round trip and the in-sandbox floor have no
+ * with the client in the server's process, its `ws` receiver copy, TCP reads and GC share the server's one JS
+ * thread, and the sandbox waits on that thread through its 208 KiB host socket window (ADR 0003, "Streamed output:
+ * the socket window and CPU per byte"), so the bench would measure the client's CPU as the server's. The driver-only round trip and the in-sandbox floor have no
  * client and stay in this process; so does the background command row (a start and a wait, no output).
  */
 import type { RuntimeDriver } from '@burrow/runtime';
@@ -71,7 +71,7 @@ export async function benchExec(
     await sandbox.commands.run(['true'], { check: true });
     await client.call({ op: 'run', argv: ['true'] });
     let floorOn = true;
-    // 50 rounds at --iterations 10: with 30, the floor's p50 moved 21 % between two quiet runs (session 7; its p95 is
+    // 50 rounds at --iterations 10: with 30, the floor's p50 moves up to 21 % between two quiet runs (its p95 is
     // about twice its p50, so a p50 of few samples wanders).
     const rounds = Math.max(20, options.iterations * 5);
     for (let i = 0; i < rounds; i++) {

@@ -2,7 +2,8 @@
  * The client side of the exec bench in its own process (forked by exec-bench.ts), as an agent's SDK would be: the
  * server and the client then each have their own event loop and heap, instead of sharing the bench's one JS thread
  * (in one process the `ws` receiver's copy of every 1 MiB message, its TCP reads and their GC land on the server's
- * thread, which the sandbox waits on through its 208 KiB socket window: ADR 0003, sessions 7 and 8).
+ * thread, which the sandbox waits on through its 208 KiB socket window: ADR 0003, "Streamed output: the socket
+ * window and CPU per byte").
  * Messages in: {@link ExecClientRequest}; out: {@link ExecClientReply} (the client's own duration of the call, in ms,
  * so the IPC hop is not counted).
  */

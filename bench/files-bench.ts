@@ -36,8 +36,8 @@ export async function benchFiles(
   },
 ): Promise<ExecRow[]> {
   const bigBytes = options.quick ? 256 * 1024 * 1024 : 2 * 1024 * 1024 * 1024;
-  // Five, not three: the p50 of three is the middle sample, and one slow sample moved it (10:46 UTC, session 9, a
-  // machine new to the bench: uploads of 7092, 2679 and 3412 ms, the first one at 2.7x the CPU of the others).
+  // Five, not three: the p50 of three is the middle sample, so one slow sample moves it (on a machine new to the
+  // bench, uploads of 7092, 2679 and 3412 ms, the first one at 2.7x the CPU of the others).
   const samples = options.quick ? 1 : 5;
   const work = join(options.workDir, 'files-bench');
   await mkdir(work, { recursive: true });
@@ -228,8 +228,8 @@ export async function benchFiles(
  * 2 GiB upload still dirty in the sandbox's page cache when the download runs, the download's own file, `cp`'s
  * copy). Without it a 2 GiB write that starts with ~2 GiB already dirty crosses the kernel's dirty limits
  * (vm.dirty_background_ratio 10 % of ~22 GiB here) and is paced at the disk's write speed (~200-250 MB/s on this VM)
- * whatever Burrow does: measured 109-200 MB/s against 300-545 MB/s from a clean start at the same load
- * (session 6). That was the bimodal upload row (~4 s or ~10 s per 2 GiB) and part of the tree rows' run-to-run drift.
+ * whatever Burrow does: measured 109-200 MB/s against 300-545 MB/s from a clean start at the same load. Without the
+ * sync the upload row is bimodal (~4 s or ~10 s per 2 GiB) and the tree rows drift from run to run.
  */
 function settleWriteback(): void {
   execFileSync('sync');
@@ -237,8 +237,8 @@ function settleWriteback(): void {
 
 /**
  * Runs `transfer` and appends what this process (the in-process server) spent on it to `costs`: CPU time of all its
- * threads, garbage-collection pause time, and the JS heap in use at the start. Diagnostic for the upload row, which
- * ran at ~200 MB/s in full runs and 350-440 MB/s in files-only runs of the same code (session 6).
+ * threads, garbage-collection pause time, and the JS heap in use at the start. Diagnostic for the upload row, whose
+ * speed depends on what the server's heap does during it (docs/files.md "Upload: heap headroom").
  */
 async function serverCost(costs: string[], transfer: () => Promise<number>): Promise<number> {
   let gcMs = 0;

@@ -1,11 +1,11 @@
 /**
- * What the host itself was doing during a bench run, so that a row that moved between two runs can be told apart
+ * What the host itself does during a bench run, so that a row that moved between two runs can be told apart
  * from a host that moved: the host's own process start (`/bin/true` through Node's `execFile`, as the bench starts
  * mkfs, mount and runsc) at the start and at the end of the run, the load average, and the CPU time the hypervisor
  * took away (steal, from the `cpu` line of /proc/stat) over the whole run.
  *
- * Session 9 on this kind of machine: the in-sandbox exec floor, which runs no Burrow code, moved 30 % between two
- * runs 20 minutes apart; without a host reference the report could not show why.
+ * On a shared 2-core VM the in-sandbox exec floor, which runs no Burrow code, moves up to 30 % between two runs
+ * 20 minutes apart; without a host reference the report cannot show why.
  */
 import { execFile } from 'node:child_process';
 import { readFile } from 'node:fs/promises';

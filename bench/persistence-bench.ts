@@ -47,8 +47,8 @@ export async function benchPersistence(
   const rawPause: number[] = [];
   const rawResume: number[] = [];
   await raw.create('rawpr000');
-  // Ours and raw alternate cycle by cycle (since session 7; all of ours then all of raw before): on a shared machine a
-  // load swing of a minute then lands on both sides of the ratio, not on one.
+  // Ours and raw alternate cycle by cycle, not all of ours then all of raw: on a shared machine a load swing of a
+  // minute then lands on both sides of the ratio, not on one.
   for (let i = 0; i < cycles; i++) {
     pause.push(await time(() => idle.pause()));
     await sleep(SETTLE_MS);
@@ -68,8 +68,8 @@ export async function benchPersistence(
     log(`fork x${count}`);
     const forks: number[] = [];
     const rawForks: number[] = [];
-    // 3 samples of each gave fork x1 p50s 32 % apart in two quiet runs (session 8: 766-873 ms, then 946-1033):
-    // fork x1 now takes `cycles` samples (10 at --iterations 10), fork x10 five.
+    // 3 samples of each give fork x1 p50s up to 32 % apart in two quiet runs (766-873 ms, then 946-1033), so
+    // fork x1 takes `cycles` samples (10 at --iterations 10), fork x10 five.
     const samples = count === 1 ? cycles : Math.max(2, Math.min(cycles, 5));
     for (let i = 0; i < samples; i++) {
       let children: Sandbox[] = [];
@@ -104,7 +104,7 @@ export async function benchPersistence(
   const dirtyResume: number[] = [];
   const rawDirtyPause: number[] = [];
   const rawDirtyResume: number[] = [];
-  // Five samples at --iterations 10 (three before session 9: a p50 of three is its middle sample).
+  // Five samples at --iterations 10, not three: a p50 of three is its middle sample.
   for (let i = 0; i < Math.max(2, Math.min(cycles, 5)); i++) {
     const sandbox = await Sandbox.create({ ...conn, memoryMiB: 1536, timeoutMs: 1_800_000 });
     await sandbox.commands.run(['sh', '-c', BALLAST]);

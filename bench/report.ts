@@ -28,7 +28,7 @@ export interface RunResult {
   creates: number;
   poolSize: number;
   machine: Record<string, string | number>;
-  /** What the host did during the run (null in runs before session 10 and in density runs' older files). */
+  /** What the host did during the run (null in older result files). */
   host: HostConditions | null;
   rows: Row[];
   notes: string[];
@@ -89,8 +89,8 @@ const prefix = (r: Row) => r.metric.split(' (')[0] as string;
 /**
  * The row of `rows` that is `r` in another run: the same metric, or else the only one with the same name up to the
  * first " (" (the files and stdout rows carry their run's figures in parentheses). Three exec rows share the prefix
- * "exec round trip" and are told apart by the whole name; before session 10 a prefix-only match compared all three
- * with the first one.
+ * "exec round trip" and are told apart by the whole name; a prefix-only match would compare all three with the
+ * first one.
  */
 function sameRow(rows: readonly Row[], r: Row, current: readonly Row[]): Row | undefined {
   const exact = rows.find((p) => p.metric === r.metric);

@@ -149,7 +149,7 @@ async function main(): Promise<void> {
 
 /**
  * Exec round trips per create in the core loop (ours and raw alike): 10 per iteration, 100 samples at the default 10
- * iterations. With 5 (50 samples) two quiet full runs of session 6 differed by 21 % at p50 on this row.
+ * iterations. With 5 (50 samples) two quiet full runs of the same code differ by up to 21 % at p50 on this row.
  */
 const CORE_EXECS = 10;
 

@@ -28,8 +28,8 @@ export interface StartRow {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * Samples of the cold create breakdown (each about 0.5 s). 10 samples left the first `runsc exec` step 20.4 % apart
- * between two quiet full runs of session 6; 20 halve the variance of each p50.
+ * Samples of the cold create breakdown (each about 0.5 s). 10 samples leave the first `runsc exec` step up to 20 % apart
+ * between two quiet full runs; 20 halve the variance of each p50.
  */
 const COLD_STEP_SAMPLES = 20;
 

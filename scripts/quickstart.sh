@@ -3,7 +3,7 @@
 #   1. host packages (runsc from bookworm-backports, mmdebstrap, PostgreSQL), 2. npm ci + build,
 #   3. `burrow setup` (database, admin key, the `base` template built once with progress),
 #   4. `burrow server` in the background (left running for the tour; its PID is in $BURROW_DATA_DIR/server.pid),
-#   5. the agent workflow in examples/fix-failing-test against that server.
+#   5. the main job, examples/fork-candidate-fixes, against that server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR="${BURROW_DATA_DIR:-/var/lib/burrow}"
@@ -37,8 +37,8 @@ else
   echo "server running at $BURROW_URL (pid $(cat "$DATA_DIR/server.pid"), log $DATA_DIR/server.log)" >&2
 fi
 
-say "5/5 main job: an agent fixes a failing test in a sandbox"
-BURROW_API_KEY="$(cat "$DATA_DIR/admin-key")" npx tsx examples/fix-failing-test/main.ts "$DATA_DIR/example-report.json"
+say "5/5 main job: an agent prepares a workspace, pauses it, forks three fixes and keeps the one that passes"
+BURROW_API_KEY="$(cat "$DATA_DIR/admin-key")" npx tsx examples/fork-candidate-fixes/main.ts "$DATA_DIR/example-summary.json"
 
 cat >&2 <<MSG
 

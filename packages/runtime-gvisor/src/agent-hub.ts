@@ -78,8 +78,8 @@ const STREAM_FRAME_TYPES: ReadonlySet<string> = new Set(['O', 'R']);
  * lies inside one socket read is handed over as a slice of it (no copy). An output frame ({@link STREAM_FRAME_TYPES})
  * larger than what one read holds of it (output frames are up to 1 MiB, socket reads 64 KiB) is handed over as it
  * arrives: each read's piece of it becomes a frame of the same type, a slice of that read (no copy, no allocation;
- * session 8: copying 64 KiB reads into a fresh 1 MiB buffer per frame was the largest item of the server's own CPU
- * while streaming, page faults and external-memory GCs included). Any other frame larger than one read is copied
+ * copying 64 KiB reads into a fresh 1 MiB buffer per frame would be the largest item of the server's own CPU while
+ * streaming, page faults and external-memory GCs included). Any other frame larger than one read is copied
  * piece by piece, as the reads arrive, into a buffer of exactly its size allocated when its header is read. So every
  * read is released as soon as its consumer lets go of it.
  * While `onFrame` is null the reader only queues what it is given (a connection not claimed yet).

@@ -427,7 +427,7 @@ export type ChunkSource = NodeJS.EventEmitter & {
  *
  * Why copy: network reads arrive as new 64 KiB buffers outside V8's heap. Kept until their batch was written they
  * outlive young-generation collections and are freed only by full ones; written as a list of 16+ pieces per MiB
- * they cost the thread pool about twice the system time of one contiguous buffer (A/B, session 7). Copied at once
+ * they cost the thread pool about twice the system time of one contiguous buffer (measured A/B). Copied at once
  * into the reused buffers, each dies young. Chunks are taken from `data` events, never through the async iterator:
  * a Node `Readable`'s iterator calls `read()`, which joins every chunk buffered at that moment into a new buffer
  * (1.2 s of the server's JS thread per 2 GiB upload, profiled).

@@ -2,7 +2,7 @@
  * Keeps V8's old-generation limit well above the live heap, so that the short-lived buffers of a big transfer do
  * not set off a storm of full collections.
  *
- * The mechanism (measured in session 8 on Node 20.20 / V8 11.3; docs/files.md "Upload: session 8"):
+ * The mechanism (measured on Node 20.20 / V8 11.3; docs/files.md "Upload: heap headroom"):
  * - Node's HTTP parser copies each socket read of a request body (up to 64 KiB) into a new buffer outside V8's heap,
  *   and every `net.Socket` read (the exec agent's output) allocates one too. They die at once, but only a
  *   collection frees them.
@@ -11,8 +11,8 @@
  *   against the old generation's limit; and it starts marking whenever the limit is less than the young
  *   generation's capacity (16 MiB here) above the old generation.
  * - When collections are cheap, V8 puts the limit only 10 % (at least 8 MiB) above the live heap. The server's live
- *   heap is 30-50 MiB, so the limit sat 7-13 MiB above it, and every such young collection started a full one:
- *   50-64 full collections per 2 GiB upload, the server's CPU 10-14 s instead of 4.4-5.8 s.
+ *   heap is 30-50 MiB, so without headroom the limit sits 7-13 MiB above it, and every such young collection starts a
+ *   full one: 50-64 full collections per 2 GiB upload, the server's CPU 10-14 s instead of 4.4-5.8 s.
  * - Forced headroom decides it (the same 2 GiB upload into a 30 MiB heap, `--heap-growing-percent`): 29 MiB above
  *   the live heap stormed in 4 of 4 uploads (51-55 full collections each); 60 MiB above it, in none (0-1).
  *

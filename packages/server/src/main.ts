@@ -86,7 +86,7 @@ export interface Config {
   warmPool: WarmPoolTarget[];
   /**
    * MiB of V8 old-generation headroom {@link startServer} keeps above the server's live heap (docs/files.md "Upload:
-   * session 8": with less, each 32 MiB of network reads set off a full collection). @default 48
+   * heap headroom": with less, each 32 MiB of network reads sets off a full collection). @default 48
    * (BURROW_HEAP_HEADROOM_MIB; 0 leaves V8's heap growing alone)
    */
   heapHeadroomMiB: number;

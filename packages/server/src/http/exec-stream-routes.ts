@@ -48,7 +48,7 @@ class ExecSession {
    * Sent as one WebSocket message per run when the turn's I/O is done (`setImmediate`), and at once before the
    * exit frame. The exec agent's output frames reach the server as pieces of its 64 KiB socket reads (up to 32
    * reads per turn): one message and one `writev` per piece cost the server and the client more than the copy
-   * they replaced (ADR 0003, session 8).
+   * they replace (ADR 0003, "Streamed output: one message per turn").
    */
   private outbox: Array<{ channel: number; chunks: Buffer[] }> = [];
   /** Bytes in {@link outbox}. */

@@ -10,8 +10,8 @@ interface WsInternals {
  * Send one binary WebSocket message made of a one-byte prefix and `chunk` (or the chunks of a list, one after the
  * other), without copying them into a new buffer: the frame header and the prefix are written as one small buffer
  * and the chunks right behind it, corked into one `writev` (what `ws` itself does for a header and its payload). `Buffer.concat([prefix, chunk])` on every
- * 1 MiB output chunk was a fresh 1 MiB allocation and copy (~15 % of the server's CPU while streaming, and the
- * external-memory GCs that come with it; ADR 0003 "Session 7").
+ * 1 MiB output chunk would be a fresh 1 MiB allocation and copy (~15 % of the server's CPU while streaming, and the
+ * external-memory GCs that come with it; ADR 0003 "Streamed output: the socket window and CPU per byte").
  *
  * Server frames are never masked (RFC 6455 §5.1), so the frame is `[0x82][length][prefix][chunk]`. It is written to
  * the connection's socket directly only when `ws`'s sender has nothing queued and is between messages (no

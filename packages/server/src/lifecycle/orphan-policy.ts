@@ -18,7 +18,7 @@ export interface OrphanDecision {
  * A resource is reaped only once it was seen unowned for `graceMs` (first seen → due), never while `busy` (an
  * operation holds its id's lock: a create, fork or reset that has not written its row yet, or a delete that has
  * not removed everything yet). A busy id is neither found nor tracked: its grace starts at the first pass that
- * sees it unowned and idle (before session 10 every create and delete that spanned a pass counted as a leak found).
+ * sees it unowned and idle, so a create or delete that spans a pass is not counted as a leak found.
  * @param nowMs epoch ms of this pass
  * @param hostIds ids with any resource on the host
  * @param ownedIds ids a row owns
