@@ -2,8 +2,7 @@ import type { HostResourceKind, HostResources, RuntimeDriver } from '@burrow/run
 import type { Logger } from 'pino';
 import type { BlobStore } from '../services/blob-store.js';
 import type { Metrics } from '../services/metrics.js';
-import { withConditions } from '../services/sandbox-service.js';
-import type { SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
+import { type SandboxRecord, type SandboxStore, withConditions } from '../store/sandbox-store.js';
 import type { SnapshotStore } from '../store/snapshot-store.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';

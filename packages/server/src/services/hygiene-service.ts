@@ -12,7 +12,7 @@ import { crashPoint, type RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { isQuarantined } from '../lifecycle/quarantine.js';
-import type { SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
+import { type SandboxRecord, type SandboxStore, withConditions } from '../store/sandbox-store.js';
 import type { SnapshotRecord } from '../store/snapshot-store.js';
 import { ApiError, sandboxNotFound } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
@@ -21,7 +21,7 @@ import type { BlobStore } from './blob-store.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
 import { RESET_IN_PROGRESS, runtimeFailure } from './persistence-service.js';
-import { type SandboxService, withConditions } from './sandbox-service.js';
+import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 
 /** A reset request after contract defaults. */

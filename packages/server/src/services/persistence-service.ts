@@ -19,7 +19,7 @@ import {
 } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import { expiresAtFor } from '../lifecycle/ttl-policy.js';
-import type { SandboxPatch, SandboxRecord, SandboxStore } from '../store/sandbox-store.js';
+import { type SandboxPatch, type SandboxRecord, type SandboxStore, withConditions } from '../store/sandbox-store.js';
 import type { SnapshotRecord, SnapshotStore } from '../store/snapshot-store.js';
 import { ApiError } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
@@ -29,8 +29,14 @@ import type { BlobStore } from './blob-store.js';
 import type { EventService } from './event-service.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
-import { type SandboxService, withConditions } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
+
+/** What the persistence verbs need of the sandbox service: read a row the caller may see, and show it. */
+export interface SandboxLookup {
+  /** @throws ApiError `sandbox_not_found` when the tenant has no such sandbox */
+  require(tenantId: string, id: string): Promise<SandboxRecord>;
+  view(record: SandboxRecord): Sandbox;
+}
 
 /** Dependencies of {@link PersistenceService}. */
 export interface PersistenceDeps {
@@ -38,7 +44,8 @@ export interface PersistenceDeps {
   snapshots: SnapshotStore;
   blobs: BlobStore;
   templates: TemplateService;
-  service: SandboxService;
+  /** Reads a caller's sandbox and shapes it for the API (the sandbox service). */
+  service: SandboxLookup;
   driver: RuntimeDriver;
   mutex: KeyedMutex;
   clock: Clock;

@@ -11,6 +11,7 @@ import {
   type SandboxLifecycle,
   type SandboxRecord,
   type SandboxStore,
+  withConditions,
 } from '../store/sandbox-store.js';
 import type { SnapshotStore } from '../store/snapshot-store.js';
 import { ApiError, sandboxNotFound } from '../util/api-error.js';
@@ -26,9 +27,6 @@ import type { Metrics } from './metrics.js';
 import { PersistenceService, runtimeFailure } from './persistence-service.js';
 import type { TemplateService } from './template-service.js';
 import type { WarmPool } from './warm-pool.js';
-
-/** Most conditions kept per sandbox; older ones are dropped first. */
-const MAX_CONDITIONS = 20;
 
 /** A create request after contract defaults are applied. */
 export interface CreateSandboxInput {
@@ -128,11 +126,6 @@ export function toSandboxSeen(
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
   };
-}
-
-/** Append conditions, keeping the newest {@link MAX_CONDITIONS}. */
-export function withConditions(existing: Condition[], added: Condition[]): Condition[] {
-  return [...existing, ...added].slice(-MAX_CONDITIONS);
 }
 
 /** Sandboxes: create, list, get (with a fresh look at the host), delete. Operations on one id are serialized. */

@@ -5,6 +5,14 @@ import type { DB, SandboxesTable } from './database.js';
 import type { WithInTransaction } from './in-transaction.js';
 import { QuotaStore, RUNNING_QUOTA_STATES } from './quota-store.js';
 
+/** Conditions a row keeps: the newest ones. */
+const MAX_CONDITIONS = 20;
+
+/** Append conditions to a row's list, keeping the newest {@link MAX_CONDITIONS}. */
+export function withConditions(existing: Condition[], added: Condition[]): Condition[] {
+  return [...existing, ...added].slice(-MAX_CONDITIONS);
+}
+
 /** Lifecycle policy columns of a sandbox (0300) and the reconciler's bookkeeping for them. */
 export interface SandboxLifecycle {
   /** What the TTL does. @default 'delete' */
