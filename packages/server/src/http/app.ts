@@ -11,12 +11,12 @@ import {
 } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { registerCommandRoutes } from '../commands/command-routes.js';
-import { registerCommandStreamRoutes } from '../commands/command-stream-routes.js';
 import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
 import { newId } from '../util/ids.js';
+import { registerCommandRoutes } from './command-routes.js';
+import { registerCommandStreamRoutes } from './command-stream-routes.js';
 import { mapError } from './error-mapping.js';
 import { registerExecStreamRoutes } from './exec-stream-routes.js';
 import { registerFileRoutes } from './file-routes.js';

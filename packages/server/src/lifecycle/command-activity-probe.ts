@@ -1,6 +1,6 @@
 import { type RuntimeDriver, SandboxFs } from '@burrow/runtime';
-import type { CommandService } from '../commands/command-service.js';
-import { COMMANDS_DIR } from '../commands/supervisor-script.js';
+import type { CommandService } from '../services/command-service.js';
+import { COMMANDS_DIR } from '../services/supervisor-script.js';
 
 /**
  * Whether a background command runs in sandbox `id` (a running command is activity: the idle policy never

@@ -2,7 +2,6 @@ import type { ExecResult } from '@burrow/contract';
 import { ErrorCode, EXEC_OUTPUT_CAP_BYTES } from '@burrow/contract';
 import { type RuntimeDriver, RuntimeError, SandboxFs, type SandboxProcess } from '@burrow/runtime';
 import type { Logger } from 'pino';
-import { resolveUser } from '../commands/user-lookup.js';
 import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
 import type { SandboxRecord } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
@@ -10,6 +9,7 @@ import type { Clock } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { Principal } from './key-service.js';
 import type { SandboxService } from './sandbox-service.js';
+import { resolveUser } from './user-lookup.js';
 
 /** An exec request after contract defaults are applied. */
 export interface ExecInput {

@@ -1,5 +1,5 @@
-import type { CommandService } from '../commands/command-service.js';
 import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
+import type { CommandService } from './command-service.js';
 import type { EventService } from './event-service.js';
 import type { ExecService } from './exec-service.js';
 import type { FileService } from './file-service.js';

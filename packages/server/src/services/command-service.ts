@@ -4,16 +4,16 @@ import { ErrorCode } from '@burrow/contract';
 import { FsError, type RuntimeDriver, SandboxFs, type SandboxProcess } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { toArgv } from '../services/exec-service.js';
-import { mapFsError } from '../services/file-service.js';
-import type { Principal } from '../services/key-service.js';
-import type { SandboxService } from '../services/sandbox-service.js';
 import type { SandboxRecord } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
 import type { Clock } from '../util/clock.js';
 import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import { logBounds } from './command-log-reader.js';
+import { toArgv } from './exec-service.js';
+import { mapFsError } from './file-service.js';
+import type { Principal } from './key-service.js';
+import type { SandboxService } from './sandbox-service.js';
 import {
   COMMANDS_DIR,
   LOG_MAX_SEGMENTS,

@@ -9,11 +9,11 @@ import {
   WaitCommandQuerySchema,
 } from '@burrow/contract';
 import { z } from 'zod';
-import { ERROR_RESPONSES } from '../http/error-responses.js';
-import { principalOf } from '../http/principal.js';
-import type { ZodApp } from '../http/zod-app.js';
+import { ControlKind } from '../services/command-service.js';
 import type { Services } from '../services/services.js';
-import { ControlKind } from './command-service.js';
+import { ERROR_RESPONSES } from './error-responses.js';
+import { principalOf } from './principal.js';
+import type { ZodApp } from './zod-app.js';
 
 const StdinRequestSchema = z
   .object({

@@ -8,14 +8,14 @@ import {
 import type { SandboxFs } from '@burrow/runtime';
 import type { FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
-import { invalidControlFrame, mapError } from '../http/error-mapping.js';
-import { principalOf } from '../http/principal.js';
-import type { ZodApp } from '../http/zod-app.js';
+import { LogCursor } from '../services/command-log-reader.js';
+import { ControlKind, commandDir, readExit } from '../services/command-service.js';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
-import { LogCursor } from './command-log-reader.js';
 import { resizePayload } from './command-routes.js';
-import { ControlKind, commandDir, readExit } from './command-service.js';
+import { invalidControlFrame, mapError } from './error-mapping.js';
+import { principalOf } from './principal.js';
+import type { ZodApp } from './zod-app.js';
 
 /** Wait while the socket buffers more than this many bytes. */
 const HIGH_WATER_BYTES = 1024 * 1024;
