@@ -91,7 +91,9 @@ describe('checkpoints never save a host descriptor (real runsc)', { timeout: 600
     await rm(dataDir, { recursive: true, force: true });
   });
 
-  it(`a background command started at once after create survives pause, resume, fork and snapshot (${ROUNDS} rounds)`, async () => {
+  it(`a background command started at once after create survives pause, resume, fork and snapshot (${ROUNDS} rounds)`, {
+    timeout: 120_000 * ROUNDS,
+  }, async () => {
     const driver = new GvisorDriver({ dataDir: join(dataDir, 'agent'), maxProcesses: 256 });
     drivers.push(driver);
     const alive = (id: string, names: string[]) =>
