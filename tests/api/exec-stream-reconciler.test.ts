@@ -104,7 +104,7 @@ describe('exec stream (WebSocket)', () => {
     a.ws.send('not json');
     await a.closed;
     expect(a.frames.at(-1)).toMatchObject({ type: 'error', error: { code: 'invalid_request' } });
-    // A start frame whose field breaks its rule says which field (found by a breaker: "not a valid control frame").
+    // A start frame whose field breaks its rule says which field, not just "not a valid control frame".
     const d = connect(id);
     await opened(d.ws);
     d.ws.send(JSON.stringify({ type: 'start', request: { cmd: ['true'], stdin: 'aGl' } }));

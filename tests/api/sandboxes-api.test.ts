@@ -94,8 +94,8 @@ describe('sandboxes', () => {
       400,
       'invalid_json',
     );
-    // Valid JSON with a __proto__ key is refused (prototype pollution); the message says so (a breaker found "not
-    // valid JSON" alone misleading).
+    // Valid JSON with a __proto__ key is refused (prototype pollution); the message says so ("not valid JSON" alone
+    // would mislead).
     const proto = expectError(
       await h.burrow.app.inject({
         method: 'POST',

@@ -3,8 +3,8 @@ import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /**
- * Where snapshot bytes live: one directory of files per key. Local dir today; an S3 store would stage and upload
- * in `commit` and download in `open`.
+ * Where snapshot bytes live: one directory of files per key. The local dir store is the one implementation; an S3
+ * store stages and uploads in `commit` and downloads in `open`.
  */
 export interface BlobStore {
   /** A new empty local directory to write a blob into before {@link commit}. */

@@ -189,7 +189,7 @@ const MIGRATIONS: Record<string, Migration> = {
   },
 };
 
-/** Issue 6 part B (hygiene): quarantine. */
+/** Hygiene: quarantine. */
 MIGRATIONS['0400_quarantine'] = {
   async up(db: Kysely<unknown>) {
     await db.schema.alterTable('sandboxes').addColumn('quarantine', 'text').execute();
