@@ -122,6 +122,28 @@ describe('the policy enforcer (fixed clock)', () => {
     for (const s of [idle, busy]) await call('DELETE', `/v1/sandboxes/${s.id}`);
   });
 
+  test('every call on a sandbox counts as activity (resume of a running one too); reading its record does not', async () => {
+    const sbx = await create({ idleTimeoutMs: 5_000, timeoutMs: null });
+    nowMs += 4_000;
+    const resumed = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);
+    expect(resumed.statusCode, resumed.body).toBe(200);
+    const view = SandboxSchema.parse(resumed.json());
+    expect(view.state).toBe('running');
+    // The answer already shows the moved deadline.
+    expect(view.idleDeadlineAt).toBe(new Date(nowMs + 5_000).toISOString());
+    nowMs += 4_000;
+    expect((await burrow.policies.runOnce()).paused).not.toContain(sbx.id);
+    // A file call counts; GET of the record does not move the deadline.
+    expect((await call('GET', `/v1/sandboxes/${sbx.id}/files?path=/`)).statusCode).toBe(200);
+    const touchedAtMs = nowMs;
+    nowMs += 3_000;
+    const read = SandboxSchema.parse((await call('GET', `/v1/sandboxes/${sbx.id}`)).json());
+    expect(read.idleDeadlineAt).toBe(new Date(touchedAtMs + 5_000).toISOString());
+    nowMs += 3_000;
+    expect((await burrow.policies.runOnce()).paused).toContain(sbx.id);
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+  });
+
   test('snapshot retention warns first and deletes only after the full warning time; the view shows when', async () => {
     const sbx = await create({ timeoutMs: null, snapshotKeepLast: 1 });
     const snap = async () => {
