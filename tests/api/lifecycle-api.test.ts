@@ -92,6 +92,33 @@ describe('policies on create, visible expiry, PATCH and keepalive', () => {
     await call('DELETE', `/v1/sandboxes/${sbx.id}`);
   });
 
+  test('PATCH env replaces the default env of new commands and later fork children, validated as on create', async () => {
+    const sbx = await create({ env: { TOKEN: 'old-value', KEEP: 'k' }, timeoutMs: null });
+    const execEnv = async (id: string) => {
+      const res = await call('POST', `/v1/sandboxes/${id}/exec`, { cmd: ['sh', '-c', 'echo "$TOKEN/$KEEP"'] });
+      expect(res.statusCode, res.body).toBe(200);
+      return Buffer.from((res.json() as { stdout: string }).stdout, 'base64')
+        .toString()
+        .trim();
+    };
+    expect(await execEnv(sbx.id)).toBe('old-value/k');
+    const patched = await call('PATCH', `/v1/sandboxes/${sbx.id}`, { env: { TOKEN: 'new-value' } });
+    expect(patched.statusCode, patched.body).toBe(200);
+    expect(SandboxSchema.parse(patched.json()).env).toEqual({ TOKEN: 'new-value' });
+    expect(await execEnv(sbx.id)).toBe('new-value/');
+    const forked = await call('POST', `/v1/sandboxes/${sbx.id}/fork`, { count: 1 });
+    expect(forked.statusCode, forked.body).toBe(201);
+    const child = (forked.json() as { items: Array<{ id: string; env: Record<string, string> }> }).items[0];
+    expect(child?.env).toEqual({ TOKEN: 'new-value' });
+    expect(await execEnv(child?.id ?? '')).toBe('new-value/');
+    for (const env of [{ '1BAD': 'x' }, { A: 'nul\u0000' }, { A: 1 }]) {
+      const bad = await call('PATCH', `/v1/sandboxes/${sbx.id}`, { env });
+      expect(bad.statusCode, bad.body).toBe(400);
+      expect(bad.json()).toMatchObject({ error: { code: 'invalid_request' } });
+    }
+    for (const id of [sbx.id, child?.id ?? '']) await call('DELETE', `/v1/sandboxes/${id}`);
+  });
+
   test('keepalive pushes the TTL later and never earlier', async () => {
     const sbx = await create({ timeoutMs: 600_000 });
     nowMs += 60_000;

@@ -76,7 +76,7 @@ export interface ListSandboxesOptions {
 
 /** Fields a fenced update may change. */
 export type SandboxPatch = Partial<
-  Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState' | 'timeoutMs' | 'expiresAt'>
+  Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState' | 'timeoutMs' | 'expiresAt' | 'env'>
 > & {
   lifecycle?: Partial<SandboxLifecycle>;
 } & ResetPatch;
@@ -303,6 +303,7 @@ export class SandboxStore {
           ...(patch.state === undefined ? {} : { state: patch.state }),
           ...(patch.conditions === undefined ? {} : { conditions: JSON.stringify(patch.conditions) }),
           ...(patch.desiredState === undefined ? {} : { desired_state: patch.desiredState }),
+          ...(patch.env === undefined ? {} : { env: JSON.stringify(patch.env) }),
           ...(patch.quarantine === undefined
             ? {}
             : { quarantine: patch.quarantine === null ? null : JSON.stringify(patch.quarantine) }),
