@@ -92,6 +92,33 @@ describe('policies on create, visible expiry, PATCH and keepalive', () => {
     await call('DELETE', `/v1/sandboxes/${sbx.id}`);
   });
 
+  test('PATCH env replaces the default env of new commands and later fork children, validated as on create', async () => {
+    const sbx = await create({ env: { TOKEN: 'old-value', KEEP: 'k' }, timeoutMs: null });
+    const execEnv = async (id: string) => {
+      const res = await call('POST', `/v1/sandboxes/${id}/exec`, { cmd: ['sh', '-c', 'echo "$TOKEN/$KEEP"'] });
+      expect(res.statusCode, res.body).toBe(200);
+      return Buffer.from((res.json() as { stdout: string }).stdout, 'base64')
+        .toString()
+        .trim();
+    };
+    expect(await execEnv(sbx.id)).toBe('old-value/k');
+    const patched = await call('PATCH', `/v1/sandboxes/${sbx.id}`, { env: { TOKEN: 'new-value' } });
+    expect(patched.statusCode, patched.body).toBe(200);
+    expect(SandboxSchema.parse(patched.json()).env).toEqual({ TOKEN: 'new-value' });
+    expect(await execEnv(sbx.id)).toBe('new-value/');
+    const forked = await call('POST', `/v1/sandboxes/${sbx.id}/fork`, { count: 1 });
+    expect(forked.statusCode, forked.body).toBe(201);
+    const child = (forked.json() as { items: Array<{ id: string; env: Record<string, string> }> }).items[0];
+    expect(child?.env).toEqual({ TOKEN: 'new-value' });
+    expect(await execEnv(child?.id ?? '')).toBe('new-value/');
+    for (const env of [{ '1BAD': 'x' }, { A: 'nul\u0000' }, { A: 1 }]) {
+      const bad = await call('PATCH', `/v1/sandboxes/${sbx.id}`, { env });
+      expect(bad.statusCode, bad.body).toBe(400);
+      expect(bad.json()).toMatchObject({ error: { code: 'invalid_request' } });
+    }
+    for (const id of [sbx.id, child?.id ?? '']) await call('DELETE', `/v1/sandboxes/${id}`);
+  });
+
   test('keepalive pushes the TTL later and never earlier', async () => {
     const sbx = await create({ timeoutMs: 600_000 });
     nowMs += 60_000;
@@ -120,6 +147,28 @@ describe('the policy enforcer (fixed clock)', () => {
     expect(paused).toHaveLength(1);
     expect(paused[0]).toMatchObject({ actor: 'system:reconciler', reason: 'IdleTimeout' });
     for (const s of [idle, busy]) await call('DELETE', `/v1/sandboxes/${s.id}`);
+  });
+
+  test('every call on a sandbox counts as activity (resume of a running one too); reading its record does not', async () => {
+    const sbx = await create({ idleTimeoutMs: 5_000, timeoutMs: null });
+    nowMs += 4_000;
+    const resumed = await call('POST', `/v1/sandboxes/${sbx.id}/resume`);
+    expect(resumed.statusCode, resumed.body).toBe(200);
+    const view = SandboxSchema.parse(resumed.json());
+    expect(view.state).toBe('running');
+    // The answer already shows the moved deadline.
+    expect(view.idleDeadlineAt).toBe(new Date(nowMs + 5_000).toISOString());
+    nowMs += 4_000;
+    expect((await burrow.policies.runOnce()).paused).not.toContain(sbx.id);
+    // A file call counts; GET of the record does not move the deadline.
+    expect((await call('GET', `/v1/sandboxes/${sbx.id}/files?path=/`)).statusCode).toBe(200);
+    const touchedAtMs = nowMs;
+    nowMs += 3_000;
+    const read = SandboxSchema.parse((await call('GET', `/v1/sandboxes/${sbx.id}`)).json());
+    expect(read.idleDeadlineAt).toBe(new Date(touchedAtMs + 5_000).toISOString());
+    nowMs += 3_000;
+    expect((await burrow.policies.runOnce()).paused).toContain(sbx.id);
+    await call('DELETE', `/v1/sandboxes/${sbx.id}`);
   });
 
   test('snapshot retention warns first and deletes only after the full warning time; the view shows when', async () => {

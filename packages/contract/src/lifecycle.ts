@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { InstantSchema, NameSchema, SandboxIdSchema } from './common.js';
+import { EnvSchema, InstantSchema, NameSchema, SandboxIdSchema } from './common.js';
 
 /** Longest policy duration: 30 days in ms. */
 export const MAX_POLICY_MS = 2_592_000_000;
@@ -54,9 +54,14 @@ export const UpdateSandboxRequestSchema = z
     maxAgeMs: PolicyFieldsSchema.shape.maxAgeMs.optional(),
     pausedRetentionMs: PolicyFieldsSchema.shape.pausedRetentionMs.optional(),
     snapshotKeepLast: PolicyFieldsSchema.shape.snapshotKeepLast.optional(),
+    /**
+     * The sandbox's default environment, replacing the whole of it (a name left out is removed), validated as on
+     * create. Commands started afterwards and fork children made afterwards get it; running processes keep theirs.
+     */
+    env: EnvSchema.optional(),
   })
   .strict()
-  .refine((b) => Object.keys(b).length > 0, 'name at least one policy to change')
+  .refine((b) => Object.keys(b).length > 0, 'name at least one policy (or env) to change')
   .meta({ id: 'UpdateSandboxRequest' });
 export type UpdateSandboxRequest = z.input<typeof UpdateSandboxRequestSchema>;
 

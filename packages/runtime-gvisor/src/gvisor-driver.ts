@@ -41,7 +41,9 @@ import {
   mountDiskImage,
   mountOverlay,
   mountsUnder,
+  openCpuset,
   preferStubsForOomKill,
+  prepareCpusetParent,
   readOomKillCount,
   removeCgroupDirs,
   removeEmptyCgroupParent,
@@ -68,6 +70,21 @@ export function cgroupParentHash(dataDir: string): string {
 const CPU_COUNT_ANNOTATION = 'dev.burrow.cpu-count';
 /** The part of a bundle's config.json that {@link GvisorDriver.settle} reads. */
 type OciAnnotated = { annotations?: Record<string, string> };
+
+/** Where the next sandbox's boot cpuset starts, so that boots spread over the host's CPUs. */
+let nextBootCpu = 0;
+
+/**
+ * The cpuset a sandbox of `cpuCount` CPUs boots in: ceil(cpuCount) host CPUs (at most all of them), starting at a
+ * rotating CPU, as a cpuset list (`1` or `0-1` or `3,0`).
+ */
+export function bootCpus(cpuCount: number, hostCpus = availableParallelism()): string {
+  const count = Math.min(hostCpus, Math.max(1, Math.ceil(cpuCount)));
+  const first = nextBootCpu % hostCpus;
+  nextBootCpu = (first + count) % hostCpus;
+  const cpus = Array.from({ length: count }, (_, i) => (first + i) % hostCpus).sort((a, b) => a - b);
+  return cpus.join(',');
+}
 
 /** CPUs a container may use while runsc boots or restores it: all of the host's (its own limit is set after). */
 const BOOT_CPU_COUNT = availableParallelism();
@@ -674,6 +691,7 @@ export class GvisorDriver implements RuntimeDriver {
    */
   private async afterStart(sandboxId: string, sentryPid: number, cpuCount: number): Promise<void> {
     await setCpuQuota(this.cgroupRoot, this.cgroupParent, sandboxId, cpuCount);
+    await openCpuset(this.cgroupRoot, this.cgroupParent, sandboxId);
     // A new container: no process in it holds a `runsc exec`'s descriptors.
     await clearRunscExecMark(this.paths(sandboxId).dir);
     await preferStubsForOomKill(sentryPid);
@@ -758,6 +776,10 @@ export class GvisorDriver implements RuntimeDriver {
         // image took 568 ms p50 with a 1-CPU quota against 392 without and 420 with 2 CPUs (session 9, 8
         // alternating cycles each, docs/adr/0002).
         cpuCount: BOOT_CPU_COUNT,
+        // The sentry counts its CPUs once, from the cpuset it starts in (runsc's --cpu-num-from-quota never goes
+        // below 2, and reads the boot quota): start on as many CPUs as the sandbox has, so that `nproc` and
+        // sysconf inside say cpuCount; afterStart opens the cpuset to every host CPU again (the quota limits).
+        cpus: bootCpus(options.resources.cpuCount),
         processLimit: this.processLimit(options.resources.memoryMiB),
         pidsLimit: this.pidsLimit(this.processLimit(options.resources.memoryMiB)),
       },
@@ -765,6 +787,7 @@ export class GvisorDriver implements RuntimeDriver {
       annotations: { [CPU_COUNT_ANNOTATION]: String(options.resources.cpuCount) },
     });
     await writeFile(join(paths.dir, 'config.json'), `${JSON.stringify(spec, null, 2)}\n`);
+    await prepareCpusetParent(this.cgroupRoot, this.cgroupParent);
     // Listen before the container starts, so the agent's first connect succeeds.
     this.agentAbsent.delete(sandboxId);
     if (await this.listenForAgent(sandboxId).catch(() => false)) made.push(() => this.agents.close(sandboxId));

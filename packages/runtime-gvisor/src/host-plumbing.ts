@@ -1,4 +1,5 @@
-import { open, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, open, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { RuntimeError } from '@burrow/runtime';
 import { CPU_PERIOD_US } from './oci-spec.js';
@@ -266,6 +267,41 @@ export async function setCpuQuota(cgroupRoot: string, parent: string, name: stri
     }
   }
   throw new RuntimeError(`setting the CPU limit of ${name} failed`, errors.join('\n'));
+}
+
+/**
+ * Make the v1 cpuset cgroups of `parent` (each level) and give each the CPUs and memory nodes of the level above
+ * when it has none: a new v1 cpuset cgroup starts empty, and runsc's write of a container's own cpuset under an
+ * empty parent fails (EACCES: not a subset). A host without a v1 cpuset hierarchy has nothing to prepare.
+ */
+export async function prepareCpusetParent(cgroupRoot: string, parent: string): Promise<void> {
+  let above = join(cgroupRoot, 'cpuset');
+  if (!existsSync(above)) return;
+  for (const level of parent.split('/').filter((p) => p !== '')) {
+    const dir = join(above, level);
+    await mkdir(dir, { recursive: true });
+    for (const file of ['cpuset.cpus', 'cpuset.mems']) {
+      if ((await readFile(join(dir, file), 'utf8')).trim() !== '') continue;
+      await writeFile(join(dir, file), (await readFile(join(above, file), 'utf8')).trim());
+    }
+    above = dir;
+  }
+}
+
+/**
+ * Let the running container `<parent>/<name>` use every CPU its parent may (v1 `cpuset` hierarchy; the CPU quota
+ * is what limits it). A host without a v1 cpuset hierarchy has nothing to open.
+ * @throws RuntimeError when the write fails
+ */
+export async function openCpuset(cgroupRoot: string, parent: string, name: string): Promise<void> {
+  const dir = join(cgroupRoot, 'cpuset', parent, name);
+  const all = await readFile(join(cgroupRoot, 'cpuset', parent, 'cpuset.cpus'), 'utf8').catch(() => null);
+  if (all === null || !existsSync(dir)) return;
+  try {
+    await writeFile(join(dir, 'cpuset.cpus'), all.trim());
+  } catch (error) {
+    throw new RuntimeError(`opening the cpuset of ${name} failed`, String(error));
+  }
 }
 
 /** The `oom_kill` counter of a v1 memory cgroup, or null when the cgroup does not exist. */

@@ -38,6 +38,12 @@ export interface SpecLimits {
   memoryMiB: number;
   /** CPU cores; quota = cpuCount × {@link CPU_PERIOD_US} per period. */
   cpuCount: number;
+  /**
+   * Host CPUs the container starts on (cpuset list, for example `0` or `0-1`): runsc boots the sentry with as many
+   * CPUs as this names, which is what `nproc`, `sysconf(_SC_NPROCESSORS_ONLN)` and the affinity mask show inside.
+   * Absent: every host CPU.
+   */
+  cpus?: string | undefined;
   /** Host pids cgroup limit (gVisor needs about 2 host tasks per guest process on systrap). */
   pidsLimit: number;
   /** RLIMIT_NPROC inside the sandbox: the graceful cap that makes `fork` fail with EAGAIN. */
@@ -101,7 +107,11 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
     (spec.linux as Record<string, unknown>).cgroupsPath = limits.cgroupsPath;
     (spec.linux as Record<string, unknown>).resources = {
       memory: { limit: memoryBytes, swap: memoryBytes },
-      cpu: { quota: Math.round(limits.cpuCount * CPU_PERIOD_US), period: CPU_PERIOD_US },
+      cpu: {
+        quota: Math.round(limits.cpuCount * CPU_PERIOD_US),
+        period: CPU_PERIOD_US,
+        ...(limits.cpus === undefined ? {} : { cpus: limits.cpus }),
+      },
       pids: { limit: limits.pidsLimit },
     };
   }

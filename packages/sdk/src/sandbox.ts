@@ -198,6 +198,20 @@ export class Sandbox {
   }
 
   /**
+   * Replace the sandbox's default environment (`PATCH /v1/sandboxes/{id}` with `env`): commands started afterwards
+   * and fork children made afterwards get it; running processes keep theirs. A name left out is removed.
+   * @returns the updated record.
+   * @throws `SandboxNotFoundError`; `InvalidRequestError` for a bad name or value (as on create).
+   * @example
+   * ```ts
+   * await sandbox.setEnv({ API_TOKEN: rotatedToken });
+   * ```
+   */
+  async setEnv(env: Record<string, string>): Promise<SandboxInfo> {
+    return this.updatePolicies({ env });
+  }
+
+  /**
    * Counts the sandbox as active now (and for `durationMs` more: a lease against the idle policy) and pushes its
    * TTL to now + `timeoutMs` unless `extendTimeout: false`. Never shortens anything; does not resume a paused one.
    * @returns the updated record.

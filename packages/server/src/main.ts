@@ -218,8 +218,9 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   const builder =
     deps.templateBuilder ??
     new GvisorTemplateBuilder({ templatesDir: config.templatesDir, runscPath: config.runscPath });
-  const store = openStore(config.databaseUrl);
+  const store = openStore(config.databaseUrl, { envKeysDir: join(config.dataDir, 'env-keys') });
   await store.migrate();
+  await store.sweepEnvKeys();
   await store.templates.failInterruptedBuilds(
     'the server stopped during the build; delete the template and build again',
   );

@@ -15,6 +15,7 @@ import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
 import { newId } from '../util/ids.js';
+import { registerActivityHook } from './activity-hook.js';
 import { registerCommandRoutes } from './command-routes.js';
 import { registerCommandStreamRoutes } from './command-stream-routes.js';
 import { mapError } from './error-mapping.js';
@@ -109,6 +110,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
   registerQuarantineGuard(app, services);
+  registerActivityHook(app, services);
   registerUnknownQueryGuard(app);
 
   app.setErrorHandler(async (error, request, reply) => {

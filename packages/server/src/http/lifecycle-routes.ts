@@ -92,7 +92,9 @@ export function registerLifecycleRoutes(app: ZodApp, services: Services): void {
     {
       schema: {
         tags: ['sandboxes'],
-        summary: 'Change lifecycle policies (timeoutMs counts from now); fields left out stay as they are',
+        summary:
+          'Change lifecycle policies (timeoutMs counts from now) or the default env of new commands (replaced whole); ' +
+          'fields left out stay as they are',
         params: SandboxParamsSchema,
         body: UpdateSandboxRequestSchema,
         response: { 200: SandboxSchema, ...ERROR_RESPONSES },

@@ -18,6 +18,8 @@ export interface UpdatePoliciesInput {
   maxAgeMs?: number | null | undefined;
   pausedRetentionMs?: number | null | undefined;
   snapshotKeepLast?: number | null | undefined;
+  /** The new default environment (replaces the old one whole); new commands and later fork children get it. */
+  env?: Record<string, string> | undefined;
 }
 
 /**
@@ -37,7 +39,8 @@ export class PolicyService {
   ) {}
 
   /**
-   * Change the named policies. A new `timeoutMs` counts from now (this call may shorten the TTL: it names it).
+   * Change the named policies and the default environment. A new `timeoutMs` counts from now (this call may shorten
+   * the TTL: it names it).
    * @throws ApiError `sandbox_not_found`, `conflict` (the row changed meanwhile; retry)
    */
   async update(caller: Principal, id: string, input: UpdatePoliciesInput): Promise<Sandbox> {
@@ -57,12 +60,17 @@ export class PolicyService {
               timeoutMs: input.timeoutMs,
               expiresAt: toIso(extendedTimeoutAt(nowMs, input.timeoutMs, null, { allowShorten: true })),
             };
-      // Any change can move the deletion deadline: a warning for the old one no longer counts.
+      // Any policy change can move the deletion deadline: a warning for the old one no longer counts (env cannot).
+      const policyChanged = input.timeoutMs !== undefined || Object.keys(lifecycle).length > 0;
       const updated = await this.deps.sandboxes.update(
         record.tenantId,
         id,
         record.version,
-        { ...timeout, lifecycle: { ...lifecycle, expiryWarnedFor: null, expiryWarnedAt: null } },
+        {
+          ...timeout,
+          ...(input.env === undefined ? {} : { env: input.env }),
+          ...(policyChanged ? { lifecycle: { ...lifecycle, expiryWarnedFor: null, expiryWarnedAt: null } } : {}),
+        },
         isoNow(this.deps.clock),
       );
       if (updated === null) throw conflict(id);

@@ -65,7 +65,7 @@ export interface ListSandboxesInput {
 export interface SandboxServiceDeps {
   /** Records `created` for sandboxes claimed from the warm pool (absent: not recorded). */
   events?: EventService | undefined;
-  /** Activity for the idle policy: exec, file and command calls touch it (absent: not tracked). */
+  /** Activity for the idle policy: the HTTP activity hook touches it (absent: not tracked). */
   activity?: ActivityTracker | undefined;
   /** Warning time before a deletion by policy, ms, to show a warned deletion when it happens (absent: at its deadline). */
   expiryWarningMs?: number | undefined;
@@ -325,7 +325,6 @@ export class SandboxService {
    */
   async requireRunning(tenantId: string, id: string): Promise<SandboxRecord> {
     const record = await this.require(tenantId, id);
-    this.deps.activity?.touch(id);
     if (record.state !== 'paused') return record;
     if (!record.autoResume) {
       throw new ApiError(ErrorCode.sandboxPaused, `sandbox ${id} is paused`, {
@@ -333,6 +332,20 @@ export class SandboxService {
       });
     }
     return this.persistence.resumeUnderLock(record);
+  }
+
+  /**
+   * Record activity on sandbox `id` now if `tenantId` owns it (the HTTP activity hook's one call; see
+   * `countsAsActivity` for which calls count).
+   * @returns whether it was recorded (false: no such sandbox for this tenant, or no tracker)
+   */
+  async touch(tenantId: string, id: string): Promise<boolean> {
+    const activity = this.deps.activity;
+    if (activity === undefined) return false;
+    const record = await this.deps.sandboxes.get(tenantId, id);
+    if (record === null || record.state === 'deleted') return false;
+    activity.touch(id);
+    return true;
   }
 
   /** Observe a running sandbox on the host and record events and a vanished or exited container. Call under the id's lock. */

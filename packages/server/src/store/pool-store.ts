@@ -92,7 +92,7 @@ export class PoolStore {
           .set({
             tenant_id: claim.tenantId,
             template: claim.template,
-            env: JSON.stringify(claim.env),
+            env: this.sandboxes.envCodec.seal(candidate.id, claim.env),
             labels: JSON.stringify(claim.labels),
             cwd: claim.cwd,
             timeout_ms: claim.timeoutMs,

@@ -2,6 +2,7 @@ import type { Condition, DesiredState, Quarantine, SandboxState, TimeoutAction }
 import type { Kysely, Selectable } from 'kysely';
 import type { PageCursor } from '../util/cursor.js';
 import type { DB, SandboxesTable } from './database.js';
+import { type EnvCodec, PLAIN_ENV } from './env-sealer.js';
 import type { WithInTransaction } from './in-transaction.js';
 import { QuotaStore, RUNNING_QUOTA_STATES } from './quota-store.js';
 
@@ -84,7 +85,7 @@ export interface ListSandboxesOptions {
 
 /** Fields a fenced update may change. */
 export type SandboxPatch = Partial<
-  Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState' | 'timeoutMs' | 'expiresAt'>
+  Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState' | 'timeoutMs' | 'expiresAt' | 'env'>
 > & {
   lifecycle?: Partial<SandboxLifecycle>;
 } & ResetPatch;
@@ -110,7 +111,7 @@ function lifecycleColumns(l: Partial<SandboxLifecycle>): Partial<SandboxesTable>
 
 const num = (v: number | null | undefined): number | null => (v === null || v === undefined ? null : Number(v));
 
-function toRecord(row: Selectable<SandboxesTable>): SandboxRecord {
+function toRecord(row: Selectable<SandboxesTable>, envCodec: EnvCodec): SandboxRecord {
   return {
     id: row.id,
     tenantId: row.tenant_id,
@@ -118,7 +119,7 @@ function toRecord(row: Selectable<SandboxesTable>): SandboxRecord {
     templateId: row.template_id,
     state: row.state as SandboxState,
     conditions: JSON.parse(row.conditions) as Condition[],
-    env: JSON.parse(row.env) as Record<string, string>,
+    env: envCodec.open(row.id, row.env),
     labels: JSON.parse(row.labels) as Record<string, string>,
     cwd: row.cwd,
     hostname: row.hostname,
@@ -163,10 +164,12 @@ export type TransitionHook = (
 export class SandboxStore {
   /**
    * @param quotas checks tenant quotas inside the insert (and resume) transactions. @default one over `db`
+   * @param envCodec seals env values with a per-sandbox key, destroyed by {@link remove}. @default plain JSON
    */
   constructor(
     private readonly db: Kysely<DB>,
     readonly quotas: QuotaStore = new QuotaStore(db),
+    readonly envCodec: EnvCodec = PLAIN_ENV,
   ) {}
 
   /**
@@ -206,7 +209,7 @@ export class SandboxStore {
           template_id: record.templateId,
           state: record.state,
           conditions: JSON.stringify(record.conditions),
-          env: JSON.stringify(record.env),
+          env: this.envCodec.seal(record.id, record.env),
           labels: JSON.stringify(record.labels),
           cwd: record.cwd,
           hostname: record.hostname,
@@ -238,18 +241,18 @@ export class SandboxStore {
 
   /** The sandbox `id` of `tenantId`, or null (also for another tenant's id). */
   async get(tenantId: string, id: string): Promise<SandboxRecord | null> {
-    return SandboxStore.getIn(this.db, tenantId, id);
+    return this.getIn(this.db, tenantId, id);
   }
 
   /** {@link get} on `db` (a transaction, to read inside it). */
-  private static async getIn(db: Kysely<DB>, tenantId: string, id: string): Promise<SandboxRecord | null> {
+  private async getIn(db: Kysely<DB>, tenantId: string, id: string): Promise<SandboxRecord | null> {
     const row = await db
       .selectFrom('sandboxes')
       .selectAll()
       .where('tenant_id', '=', tenantId)
       .where('id', '=', id)
       .executeTakeFirst();
-    return row === undefined ? null : toRecord(row);
+    return row === undefined ? null : toRecord(row, this.envCodec);
   }
 
   /** One page of a tenant's sandboxes in (createdAt, id) order, `deleted` ones excluded. */
@@ -283,7 +286,7 @@ export class SandboxStore {
       );
     }
     const rows = await q.orderBy('created_at').orderBy('id').limit(options.limit).execute();
-    return rows.map(toRecord);
+    return rows.map((row) => toRecord(row, this.envCodec));
   }
 
   /**
@@ -304,13 +307,14 @@ export class SandboxStore {
     // Leaving paused or stopped for `resuming` takes a running slot: checked with the write, under the quota lock.
     const outcome = await this.db.transaction().execute(async (trx) => {
       if (patch.state === 'resuming') await this.quotas.guard(trx, tenantId, { running: 1 });
-      const before = hook === null ? null : await SandboxStore.getIn(trx, tenantId, id);
+      const before = hook === null ? null : await this.getIn(trx, tenantId, id);
       const result = await trx
         .updateTable('sandboxes')
         .set({
           ...(patch.state === undefined ? {} : { state: patch.state }),
           ...(patch.conditions === undefined ? {} : { conditions: JSON.stringify(patch.conditions) }),
           ...(patch.desiredState === undefined ? {} : { desired_state: patch.desiredState }),
+          ...(patch.env === undefined ? {} : { env: this.envCodec.seal(id, patch.env) }),
           ...(patch.quarantine === undefined
             ? {}
             : { quarantine: patch.quarantine === null ? null : JSON.stringify(patch.quarantine) }),
@@ -334,7 +338,7 @@ export class SandboxStore {
         .where('version', '=', expectedVersion)
         .executeTakeFirst();
       if (Number(result.numUpdatedRows) !== 1) return null;
-      const after = await SandboxStore.getIn(trx, tenantId, id);
+      const after = await this.getIn(trx, tenantId, id);
       const publish =
         hook !== null && before !== null && after !== null && before.state !== after.state
           ? await hook(trx, before, after)
@@ -362,7 +366,7 @@ export class SandboxStore {
       const { updated, publish } = await this.db.transaction().execute(async (trx) => {
         const before: SandboxRecord[] = [];
         for (const row of rows) {
-          const record = hook === null ? null : await SandboxStore.getIn(trx, row.tenantId, row.id);
+          const record = hook === null ? null : await this.getIn(trx, row.tenantId, row.id);
           if (record !== null) before.push(record);
         }
         for (const row of rows) {
@@ -384,7 +388,7 @@ export class SandboxStore {
         const updated: SandboxRecord[] = [];
         const publish: Array<(() => void) | null> = [];
         for (const row of rows) {
-          const record = await SandboxStore.getIn(trx, row.tenantId, row.id);
+          const record = await this.getIn(trx, row.tenantId, row.id);
           if (record === null) throw fenced;
           updated.push(record);
           const previous = before.find((b) => b.id === record.id);
@@ -401,11 +405,15 @@ export class SandboxStore {
     }
   }
 
-  /** Remove the row and its labels. Idempotent. */
+  /**
+   * Remove the row and its labels, and destroy its env key first: the ciphertext every copy of the row holds
+   * (free pages, WAL, dead tuples) is unreadable from then on. Idempotent.
+   */
   async remove(tenantId: string, id: string): Promise<void> {
+    this.envCodec.destroy(id);
     const hook = this.onTransition;
     const publish = await this.db.transaction().execute(async (trx) => {
-      const before = hook === null ? null : await SandboxStore.getIn(trx, tenantId, id);
+      const before = hook === null ? null : await this.getIn(trx, tenantId, id);
       await trx.deleteFrom('sandbox_labels').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
       await trx.deleteFrom('sandboxes').where('tenant_id', '=', tenantId).where('id', '=', id).execute();
       return hook !== null && before !== null ? hook(trx, before, null) : null;
@@ -428,12 +436,12 @@ export class SandboxStore {
   /** Every sandbox row of every tenant (the reconciler's view; single node, so the table stays small). */
   async listAcrossTenants(): Promise<SandboxRecord[]> {
     const rows = await this.db.selectFrom('sandboxes').selectAll().orderBy('created_at').execute();
-    return rows.map(toRecord);
+    return rows.map((row) => toRecord(row, this.envCodec));
   }
 
   /** The sandbox `id` whatever its tenant (the reconciler's view). */
   async getAcrossTenants(id: string): Promise<SandboxRecord | null> {
     const row = await this.db.selectFrom('sandboxes').selectAll().where('id', '=', id).executeTakeFirst();
-    return row === undefined ? null : toRecord(row);
+    return row === undefined ? null : toRecord(row, this.envCodec);
   }
 }

@@ -1,5 +1,6 @@
 import type { Kysely, Selectable } from 'kysely';
 import type { DB, SnapshotsTable } from './database.js';
+import { type EnvCodec, PLAIN_ENV } from './env-sealer.js';
 import { runAfterCommit, type WithInTransaction } from './in-transaction.js';
 import { QuotaStore } from './quota-store.js';
 
@@ -34,7 +35,12 @@ export interface SnapshotRecord {
   retentionDeleteAt?: string | null;
 }
 
-function toRecord(row: Selectable<SnapshotsTable>): SnapshotRecord {
+/** Settings as stored: `env` is the sealed column value (a string), or a plain object on rows written unsealed. */
+type StoredSettings = Omit<SnapshotSettings, 'env'> & { env: string | Record<string, string> };
+
+function toRecord(row: Selectable<SnapshotsTable>, envCodec: EnvCodec): SnapshotRecord {
+  const stored = JSON.parse(row.settings) as StoredSettings;
+  const env = typeof stored.env === 'string' ? envCodec.open(row.id, stored.env) : stored.env;
   return {
     id: row.id,
     tenantId: row.tenant_id,
@@ -47,7 +53,7 @@ function toRecord(row: Selectable<SnapshotsTable>): SnapshotRecord {
     imageSizeBytes: Number(row.image_size_bytes),
     diskSizeBytes: Number(row.disk_size_bytes),
     runtimeVersion: row.runtime_version,
-    settings: JSON.parse(row.settings) as SnapshotSettings,
+    settings: { ...stored, env },
     createdAt: row.created_at,
     expiresAt: row.expires_at ?? null,
     retentionDeleteAt: row.retention_delete_at ?? null,
@@ -56,10 +62,15 @@ function toRecord(row: Selectable<SnapshotsTable>): SnapshotRecord {
 
 /** Snapshot rows. Tenant-facing queries filter by tenant. */
 export class SnapshotStore {
-  /** @param quotas checks the tenant's snapshot quota inside the insert. @default one over `db` */
+  /**
+   * @param quotas checks the tenant's snapshot quota inside the insert. @default one over `db`
+   * @param envCodec seals the env of the settings with a per-snapshot key, destroyed by {@link remove}.
+   *   @default plain JSON
+   */
   constructor(
     private readonly db: Kysely<DB>,
     readonly quotas: QuotaStore = new QuotaStore(db),
+    private readonly envCodec: EnvCodec = PLAIN_ENV,
   ) {}
 
   /** @throws when the name is taken (unique index); QuotaExceededError at the tenant's snapshot quota */
@@ -80,7 +91,10 @@ export class SnapshotStore {
           image_size_bytes: record.imageSizeBytes,
           disk_size_bytes: record.diskSizeBytes,
           runtime_version: record.runtimeVersion,
-          settings: JSON.stringify(record.settings),
+          settings: JSON.stringify({
+            ...record.settings,
+            env: this.envCodec.seal(record.id, record.settings.env),
+          } satisfies StoredSettings),
           created_at: record.createdAt,
           expires_at: record.expiresAt ?? null,
         })
@@ -141,14 +155,14 @@ export class SnapshotStore {
       .where('tenant_id', '=', tenantId)
       .where((eb) => eb.or([eb('id', '=', ref), eb('name', '=', ref)]))
       .executeTakeFirst();
-    return row === undefined ? null : toRecord(row);
+    return row === undefined ? null : toRecord(row, this.envCodec);
   }
 
   /** A tenant's snapshots, oldest first, optionally of one sandbox. */
   async list(tenantId: string, options: { sandboxId?: string | undefined } = {}): Promise<SnapshotRecord[]> {
     let q = this.db.selectFrom('snapshots').selectAll().where('tenant_id', '=', tenantId);
     if (options.sandboxId !== undefined) q = q.where('sandbox_id', '=', options.sandboxId);
-    return (await q.orderBy('created_at').orderBy('id').execute()).map(toRecord);
+    return (await q.orderBy('created_at').orderBy('id').execute()).map((row) => toRecord(row, this.envCodec));
   }
 
   /** Unnamed snapshots of a sandbox (deleted with it). */
@@ -159,12 +173,12 @@ export class SnapshotStore {
       .where('sandbox_id', '=', sandboxId)
       .where('name', 'is', null)
       .execute();
-    return rows.map(toRecord);
+    return rows.map((row) => toRecord(row, this.envCodec));
   }
 
   /** Every snapshot of every tenant (the reconciler's view). */
   async listAcrossTenants(): Promise<SnapshotRecord[]> {
-    return (await this.db.selectFrom('snapshots').selectAll().execute()).map(toRecord);
+    return (await this.db.selectFrom('snapshots').selectAll().execute()).map((row) => toRecord(row, this.envCodec));
   }
 
   /** Set the retention deadline of snapshot `id` (ISO-8601, or null for none). */
@@ -183,10 +197,13 @@ export class SnapshotStore {
   }
 
   /**
-   * Remove the row of snapshot `id`. Idempotent.
+   * Remove the row of snapshot `id` and destroy its env key. Idempotent.
    * @param options.also work run in the same transaction (the `snapshot_deleted` event)
    */
   async remove(id: string, options: WithInTransaction = {}): Promise<void> {
     await this.write(options, (trx) => trx.deleteFrom('snapshots').where('id', '=', id).execute());
+    // After the commit: a rolled-back removal keeps a snapshot whose env still reads. A crash in between leaves a
+    // key without a row, which the startup sweep removes (EnvSealer.sweep).
+    this.envCodec.destroy(id);
   }
 }

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import { type DB, type Dialect, openDatabase } from './database.js';
+import { EnvSealer } from './env-sealer.js';
 import { KeyStore } from './key-store.js';
 import { migrateToLatest } from './migrations.js';
 import { PoolStore } from './pool-store.js';
@@ -17,20 +18,36 @@ export interface Store {
   readonly snapshots: SnapshotStore;
   /** Warm-pool rows (tenant `_pool`) and the atomic claim. */
   readonly pool: PoolStore;
+  /**
+   * Destroy env keys whose sandbox or snapshot row is gone (a crash between the row's removal and the key's).
+   * @returns the owner ids whose keys were destroyed (none without an env key dir)
+   */
+  sweepEnvKeys(): Promise<string[]>;
   /** Apply pending migrations. */
   migrate(): Promise<void>;
   /** Close the connection (pool). */
   close(): Promise<void>;
 }
 
+/** Options of {@link openStore}. */
+export interface OpenStoreOptions {
+  /**
+   * Where the per-sandbox and per-snapshot env keys live (`<dataDir>/env-keys`); env values are stored sealed with
+   * them. Absent: env values are stored as plain JSON (tests of the store alone).
+   */
+  envKeysDir?: string | undefined;
+}
+
 /**
  * Open the store at `databaseUrl` (SQLite path, or `postgres://…`). Call `migrate()` before use.
  * @example
- * const store = openStore('/tmp/burrow.db'); await store.migrate();
+ * const store = openStore('/tmp/burrow.db', { envKeysDir: '/tmp/env-keys' }); await store.migrate();
  */
-export function openStore(databaseUrl: string): Store {
+export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): Store {
   const { db, dialect } = openDatabase(databaseUrl);
-  const sandboxes = new SandboxStore(db);
+  const sealer = options.envKeysDir === undefined ? null : new EnvSealer(options.envKeysDir);
+  const sandboxes = new SandboxStore(db, undefined, sealer ?? undefined);
+  const snapshots = new SnapshotStore(db, undefined, sealer ?? undefined);
   return {
     db,
     dialect,
@@ -38,7 +55,15 @@ export function openStore(databaseUrl: string): Store {
     pool: new PoolStore(db, sandboxes),
     keys: new KeyStore(db),
     templates: new TemplateStore(db),
-    snapshots: new SnapshotStore(db),
+    snapshots,
+    sweepEnvKeys: async () => {
+      if (sealer === null) return [];
+      const live = new Set([
+        ...(await sandboxes.listAcrossTenants()).map((r) => r.id),
+        ...(await snapshots.listAcrossTenants()).map((r) => r.id),
+      ]);
+      return sealer.sweep(async (ownerId) => live.has(ownerId));
+    },
     migrate: () => migrateToLatest(db),
     close: () => db.destroy(),
   };
