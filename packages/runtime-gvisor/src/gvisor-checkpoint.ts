@@ -28,6 +28,7 @@ import {
 } from './checkpoint-files.js';
 import { HOSTNAME_PATTERN } from './guest-identity-files.js';
 import { loopDevicesUnder, mountsUnder, mustRun, preferStubsForOomKill, processAlive } from './host-plumbing.js';
+import { type ImageEncryption, openImage, type PlainImage } from './image-encryption.js';
 import { abortError, runCommand, tail } from './run-command.js';
 import type { RunscCli } from './runsc-cli.js';
 
@@ -44,6 +45,8 @@ export class HostSocketOpenError extends RuntimeError {}
 /** What the checkpointer needs from the driver. */
 export interface CheckpointHost {
   readonly runsc: RunscCli;
+  /** Encrypts images at rest (image-encryption.ts). @default off: images are plaintext */
+  readonly imageEncryption?: ImageEncryption | undefined;
   paths(sandboxId: string): { dir: string; image: string; diskDir: string; rootfs: string; checkpointDir: string };
   /** Mount disk and overlay and write the bundle; pushes undo steps. */
   prepareBundle(options: CreateOptions, made: UndoList): Promise<void>;
@@ -439,6 +442,8 @@ export class GvisorCheckpointer {
     const timer = new StepTimer();
     const childSteps: Array<Record<string, number>> = [];
     let parentContinues: Promise<void> = Promise.resolve();
+    /** Removes the fork point's plaintext image from the tmpfs (image encryption on). */
+    let removePlainImage: () => Promise<void> = async () => undefined;
     /** Each restored child's hostname step (never rejects), awaited before the fork returns or undoes itself. */
     const identities: Array<Promise<void>> = [];
     /** The disk copies made ahead of the restores (one after another), settled before the fork returns or undoes. */
@@ -451,6 +456,7 @@ export class GvisorCheckpointer {
     try {
       const point = await this.forkPoint(sandboxId, pointDir, timer);
       parentContinues = point.parentContinues;
+      removePlainImage = point.removePlainImage;
       // A single child of a running parent takes the fork point's disk copy (a rename, not a second copy).
       const takeDisk = point.made && options.children.length === 1;
       if (!takeDisk) copies = this.copyDisksAhead(point.source, options, created, copiesStop.signal);
@@ -492,7 +498,7 @@ export class GvisorCheckpointer {
       for (const id of created) await this.host.delete(id).catch(() => undefined);
       throw error;
     } finally {
-      await dropAside(pointDir, paths.dir);
+      await Promise.all([dropAside(pointDir, paths.dir), removePlainImage()]);
       timer.mark('removePoint');
       this.host.info?.(
         { sandboxId, count: options.children.length, totalMs: timer.totalMs(), stepsMs: timer.stepsMs, childSteps },
@@ -546,7 +552,12 @@ export class GvisorCheckpointer {
     sandboxId: string,
     pointDir: string,
     timer: StepTimer,
-  ): Promise<{ source: StateLocation; parentContinues: Promise<void>; made: boolean }> {
+  ): Promise<{
+    source: StateLocation;
+    parentContinues: Promise<void>;
+    made: boolean;
+    removePlainImage: () => Promise<void>;
+  }> {
     const paths = this.host.paths(sandboxId);
     const pauseLocation = this.pauseLocation(sandboxId);
     if ((await readManifest(pauseLocation)) !== null) {
@@ -557,19 +568,29 @@ export class GvisorCheckpointer {
         trustFingerprints: true,
       });
       timer.mark('verifyPauseImage');
-      return { source: pauseLocation, parentContinues: Promise.resolve(), made: false };
+      // Image encryption hook: an encrypted pause image is decrypted once for all the children.
+      const plain = await openImage(this.host.imageEncryption, pauseLocation.imageDir, sandboxId);
+      timer.mark('openImage');
+      return {
+        source: { ...pauseLocation, imageDir: plain.dir },
+        parentContinues: Promise.resolve(),
+        made: false,
+        removePlainImage: () => plain.remove(),
+      };
     }
     const state = await this.host.runsc.state(sandboxId);
     if (state === null || (state.status !== 'running' && state.status !== 'paused')) {
       throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'}; only a running sandbox forks`);
     }
     timer.mark('state');
-    const source = snapshotLocation(pointDir);
-    await mkdir(source.imageDir, { recursive: true });
+    const point = snapshotLocation(pointDir);
+    await mkdir(point.imageDir, { recursive: true });
+    const image = await this.forkPointImage(sandboxId, point.imageDir);
+    const source = { ...point, imageDir: image.dir };
     if (state.status === 'running') await this.mustRunsc(['pause', sandboxId], 'pause');
     timer.mark('holdStill');
     try {
-      await this.checkpoint(sandboxId, source.imageDir, state.pid);
+      await this.runscCheckpoint(sandboxId, source.imageDir, state.pid);
       timer.mark('checkpoint');
       crashPoint('fork:after-checkpoint');
       await flushDisk(paths.rootfs, paths.diskDir);
@@ -578,9 +599,15 @@ export class GvisorCheckpointer {
       timer.mark('copyDisk');
     } catch (error) {
       await this.letContinue(sandboxId);
+      await image.remove();
       throw error;
     }
-    return { source, parentContinues: this.letContinue(sandboxId), made: true };
+    return {
+      source,
+      parentContinues: this.letContinue(sandboxId),
+      made: true,
+      removePlainImage: () => image.remove(),
+    };
   }
 
   /** `runsc resume` of a container held still; a failure is logged (the sandbox stays held still). */
@@ -594,6 +621,7 @@ export class GvisorCheckpointer {
 
   async settle(sandboxId: string): Promise<void> {
     const paths = this.host.paths(sandboxId);
+    await this.host.imageEncryption?.clear(sandboxId); // image encryption hook: plaintext a crash left on the tmpfs
     const entries = await readdir(paths.dir).catch(() => [] as string[]);
     for (const name of entries) {
       if (name.startsWith('fork-') || name.startsWith(SPENT_PREFIX)) {
@@ -663,6 +691,11 @@ export class GvisorCheckpointer {
     const { sandboxId } = options;
     const paths = this.host.paths(sandboxId);
     const made: UndoList = [];
+    // --- image encryption hook: runsc reads a plaintext copy on a tmpfs, removed once the restore is done.
+    const plain = await openImage(this.host.imageEncryption, imageDir, sandboxId);
+    made.push(() => plain.remove());
+    timer?.mark('openImage');
+    // --- end image encryption hook
     try {
       if ((await stat(paths.image).catch(() => null)) === null) {
         throw new RuntimeError(`the disk of ${sandboxId} is missing; it cannot be restored`);
@@ -677,8 +710,8 @@ export class GvisorCheckpointer {
         sandboxId,
         [
           'restore',
-          ...(await restoreReadFlags(imageDir)),
-          `--image-path=${imageDir}`,
+          ...(await restoreReadFlags(plain.dir)),
+          `--image-path=${plain.dir}`,
           '--bundle',
           paths.dir,
           '--detach',
@@ -688,6 +721,7 @@ export class GvisorCheckpointer {
         options.signal,
       );
       timer?.mark('runscRestore');
+      await plain.remove(); // image encryption hook: the plaintext copy is gone once runsc has read it
       const state = await this.host.runsc.state(sandboxId);
       if (state?.status !== 'running') {
         throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'} right after restore`);
@@ -854,6 +888,36 @@ export class GvisorCheckpointer {
     };
   }
 
+  // --- image encryption hook
+  /**
+   * {@link runscCheckpoint} into `imageDir`, encrypted when image encryption is on: runsc writes the plaintext into
+   * a tmpfs directory, which is encrypted into `imageDir` and removed before this returns (the sandbox is still held
+   * still, so a failure leaves it running as a failed checkpoint does).
+   */
+  private async checkpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
+    const encryption = this.host.imageEncryption;
+    if (encryption === undefined) return this.runscCheckpoint(sandboxId, imageDir, sentryPid);
+    const plain = await encryption.stage(sandboxId);
+    try {
+      await this.runscCheckpoint(sandboxId, plain.dir, sentryPid);
+      await encryption.seal(plain.dir, imageDir);
+    } finally {
+      await plain.remove();
+    }
+  }
+
+  /**
+   * Where a fork point's image goes: with image encryption on, a tmpfs directory (plaintext, never at rest: the
+   * point is restored at once and removed, so encrypting it would only add an encryption and a decryption per fork),
+   * else `imageDir` on disk.
+   */
+  private async forkPointImage(sandboxId: string, imageDir: string): Promise<PlainImage> {
+    const encryption = this.host.imageEncryption;
+    if (encryption === undefined) return { dir: imageDir, remove: async () => undefined };
+    return encryption.stage(sandboxId);
+  }
+  // --- end image encryption hook
+
   /**
    * `runsc checkpoint --leave-running` into `imageDir` (uncompressed, O_DIRECT). The sandbox keeps running when it
    * fails; the caller releases what it held still.
@@ -864,7 +928,7 @@ export class GvisorCheckpointer {
    * @throws HostSocketOpenError when a process in the sandbox holds a host socket (gVisor saves no host fd)
    * @throws RuntimeError when the gofer is gone, and for any other failure
    */
-  private async checkpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
+  private async runscCheckpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
     const result = await this.host.runsc.run(
       ['checkpoint', '--leave-running', '--compression=none', '--direct', `--image-path=${imageDir}`, sandboxId],
       { timeoutMs: 600_000 },
