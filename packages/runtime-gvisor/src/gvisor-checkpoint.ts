@@ -28,7 +28,7 @@ import {
 } from './checkpoint-files.js';
 import { HOSTNAME_PATTERN } from './guest-identity-files.js';
 import { loopDevicesUnder, mountsUnder, mustRun, preferStubsForOomKill, processAlive } from './host-plumbing.js';
-import { type ImageEncryption, openImage, type PlainImage } from './image-encryption.js';
+import { type ImageEncryption, openImage } from './image-encryption.js';
 import { abortError, runCommand, tail } from './run-command.js';
 import type { RunscCli } from './runsc-cli.js';
 
@@ -442,7 +442,7 @@ export class GvisorCheckpointer {
     const timer = new StepTimer();
     const childSteps: Array<Record<string, number>> = [];
     let parentContinues: Promise<void> = Promise.resolve();
-    /** Removes the fork point's plaintext image from the tmpfs (image encryption on). */
+    /** Removes the fork source's decrypted image from the tmpfs (image encryption on). */
     let removePlainImage: () => Promise<void> = async () => undefined;
     /** Each restored child's hostname step (never rejects), awaited before the fork returns or undoes itself. */
     const identities: Array<Promise<void>> = [];
@@ -456,10 +456,14 @@ export class GvisorCheckpointer {
     try {
       const point = await this.forkPoint(sandboxId, pointDir, timer);
       parentContinues = point.parentContinues;
-      removePlainImage = point.removePlainImage;
+      // Image encryption hook: an encrypted fork source is decrypted once (to a tmpfs) for all the children.
+      const plain = await openImage(this.host.imageEncryption, point.source.imageDir, sandboxId);
+      removePlainImage = () => plain.remove();
+      const source = { ...point.source, imageDir: plain.dir };
+      timer.mark('openImage');
       // A single child of a running parent takes the fork point's disk copy (a rename, not a second copy).
       const takeDisk = point.made && options.children.length === 1;
-      if (!takeDisk) copies = this.copyDisksAhead(point.source, options, created, copiesStop.signal);
+      if (!takeDisk) copies = this.copyDisksAhead(source, options, created, copiesStop.signal);
       const queue = [...options.children];
       const worker = async (): Promise<void> => {
         for (let child = queue.shift(); child !== undefined; child = queue.shift()) {
@@ -473,7 +477,7 @@ export class GvisorCheckpointer {
             resources: options.resources,
             memory: true,
           };
-          await this.createFrom(point.source, childOptions, {
+          await this.createFrom(source, childOptions, {
             timer: childTimer,
             takeDisk,
             diskCopied: copies.byChild.get(child.sandboxId),
@@ -552,12 +556,7 @@ export class GvisorCheckpointer {
     sandboxId: string,
     pointDir: string,
     timer: StepTimer,
-  ): Promise<{
-    source: StateLocation;
-    parentContinues: Promise<void>;
-    made: boolean;
-    removePlainImage: () => Promise<void>;
-  }> {
+  ): Promise<{ source: StateLocation; parentContinues: Promise<void>; made: boolean }> {
     const paths = this.host.paths(sandboxId);
     const pauseLocation = this.pauseLocation(sandboxId);
     if ((await readManifest(pauseLocation)) !== null) {
@@ -568,29 +567,19 @@ export class GvisorCheckpointer {
         trustFingerprints: true,
       });
       timer.mark('verifyPauseImage');
-      // Image encryption hook: an encrypted pause image is decrypted once for all the children.
-      const plain = await openImage(this.host.imageEncryption, pauseLocation.imageDir, sandboxId);
-      timer.mark('openImage');
-      return {
-        source: { ...pauseLocation, imageDir: plain.dir },
-        parentContinues: Promise.resolve(),
-        made: false,
-        removePlainImage: () => plain.remove(),
-      };
+      return { source: pauseLocation, parentContinues: Promise.resolve(), made: false };
     }
     const state = await this.host.runsc.state(sandboxId);
     if (state === null || (state.status !== 'running' && state.status !== 'paused')) {
       throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'}; only a running sandbox forks`);
     }
     timer.mark('state');
-    const point = snapshotLocation(pointDir);
-    await mkdir(point.imageDir, { recursive: true });
-    const image = await this.forkPointImage(sandboxId, point.imageDir);
-    const source = { ...point, imageDir: image.dir };
+    const source = snapshotLocation(pointDir);
+    await mkdir(source.imageDir, { recursive: true });
     if (state.status === 'running') await this.mustRunsc(['pause', sandboxId], 'pause');
     timer.mark('holdStill');
     try {
-      await this.runscCheckpoint(sandboxId, source.imageDir, state.pid);
+      await this.checkpoint(sandboxId, source.imageDir, state.pid);
       timer.mark('checkpoint');
       crashPoint('fork:after-checkpoint');
       await flushDisk(paths.rootfs, paths.diskDir);
@@ -599,15 +588,9 @@ export class GvisorCheckpointer {
       timer.mark('copyDisk');
     } catch (error) {
       await this.letContinue(sandboxId);
-      await image.remove();
       throw error;
     }
-    return {
-      source,
-      parentContinues: this.letContinue(sandboxId),
-      made: true,
-      removePlainImage: () => image.remove(),
-    };
+    return { source, parentContinues: this.letContinue(sandboxId), made: true };
   }
 
   /** `runsc resume` of a container held still; a failure is logged (the sandbox stays held still). */
@@ -888,35 +871,17 @@ export class GvisorCheckpointer {
     };
   }
 
-  // --- image encryption hook
   /**
-   * {@link runscCheckpoint} into `imageDir`, encrypted when image encryption is on: runsc writes the plaintext into
-   * a tmpfs directory, which is encrypted into `imageDir` and removed before this returns (the sandbox is still held
-   * still, so a failure leaves it running as a failed checkpoint does).
+   * {@link runscCheckpoint} into `imageDir`; encrypted when image encryption is on (image-encryption.ts: runsc
+   * writes to a tmpfs, encrypted into `imageDir` while the sandbox is still held still).
    */
   private async checkpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
     const encryption = this.host.imageEncryption;
     if (encryption === undefined) return this.runscCheckpoint(sandboxId, imageDir, sentryPid);
-    const plain = await encryption.stage(sandboxId);
-    try {
-      await this.runscCheckpoint(sandboxId, plain.dir, sentryPid);
-      await encryption.seal(plain.dir, imageDir);
-    } finally {
-      await plain.remove();
-    }
+    await encryption.checkpointInto(sandboxId, imageDir, (plainDir) =>
+      this.runscCheckpoint(sandboxId, plainDir, sentryPid),
+    );
   }
-
-  /**
-   * Where a fork point's image goes: with image encryption on, a tmpfs directory (plaintext, never at rest: the
-   * point is restored at once and removed, so encrypting it would only add an encryption and a decryption per fork),
-   * else `imageDir` on disk.
-   */
-  private async forkPointImage(sandboxId: string, imageDir: string): Promise<PlainImage> {
-    const encryption = this.host.imageEncryption;
-    if (encryption === undefined) return { dir: imageDir, remove: async () => undefined };
-    return encryption.stage(sandboxId);
-  }
-  // --- end image encryption hook
 
   /**
    * `runsc checkpoint --leave-running` into `imageDir` (uncompressed, O_DIRECT). The sandbox keeps running when it

@@ -206,6 +206,8 @@ export class GvisorDriver implements RuntimeDriver {
               key: options.imageEncryption.key,
               plainRoot:
                 options.imageEncryption.plainRoot ?? `/dev/shm/burrow-images-${cgroupParentHash(options.dataDir)}`,
+              memoryCgroupOf: (id) => join(this.cgroupRoot, 'memory', this.cgroupParent, id),
+              warn: (object, message) => this.logger?.warn(object, message),
             }),
       paths: (id) => this.paths(id),
       prepareBundle: (o, made) => this.prepareBundle(o, made),

@@ -15,8 +15,8 @@ const RESOURCES: Resources = { cpuCount: 1, memoryMiB: 256, diskMiB: 512 };
 
 /**
  * A process holding a marker only in its memory: built reversed from its argument (so the argument is not the
- * marker), repeated over 64 KiB, never written to a file. Asked through /tmp/ask, it writes its marker and pid to
- * /dev/holder-answer.
+ * marker), repeated over 64 KiB, never written to the disk. Asked through /tmp/ask, it writes its marker and pid to
+ * /dev/holder-answer (gVisor's own /dev tmpfs: sandbox memory, part of the image and not of the disk).
  */
 const HOLDER = `
 import os, sys, time

@@ -105,15 +105,52 @@ export interface PlainImage {
 export class ImageEncryption {
   readonly key: ImageKey;
   private readonly plainRoot: string;
+  private readonly memoryCgroupOf: ((sandboxId: string) => string) | undefined;
+  private readonly warn: (object: object, message: string) => void;
   private rootReady: Promise<void> | null = null;
 
   /**
    * @param options.plainRoot where plaintext images live while runsc writes or reads them: a directory on a tmpfs
    *   (made with mode 0700; refused if it is on another filesystem)
+   * @param options.memoryCgroupOf the v1 memory cgroup directory of a sandbox, whose limit a checkpoint raises (see
+   *   {@link checkpointInto}). @default none: limits are left alone
    */
-  constructor(options: { key: ImageKey; plainRoot: string }) {
+  constructor(options: {
+    key: ImageKey;
+    plainRoot: string;
+    memoryCgroupOf?: (sandboxId: string) => string;
+    warn?: (object: object, message: string) => void;
+  }) {
     this.key = options.key;
     this.plainRoot = options.plainRoot;
+    this.memoryCgroupOf = options.memoryCgroupOf;
+    this.warn = options.warn ?? (() => undefined);
+  }
+
+  /**
+   * Run `checkpoint` (a `runsc checkpoint` of the held-still sandbox) into a new tmpfs directory, encrypt what it
+   * wrote into `imageDir` ({@link seal}) and remove the plaintext. The sentry writes the image, so its tmpfs pages are
+   * charged to the sandbox's memory cgroup: a sandbox using more than half its limit was OOM-killed in the middle of
+   * its checkpoint. The limit is raised by the cgroup's usage (an upper bound of the image) for this step and set
+   * back after the plaintext is gone; the sandbox is held still meanwhile, so it cannot use the headroom.
+   */
+  async checkpointInto(
+    sandboxId: string,
+    imageDir: string,
+    checkpoint: (plainDir: string) => Promise<void>,
+  ): Promise<void> {
+    const plain = await this.stage(sandboxId);
+    const cgroup = this.memoryCgroupOf?.(sandboxId);
+    const lower = cgroup === undefined ? null : await raiseMemoryLimit(cgroup);
+    try {
+      await checkpoint(plain.dir);
+      await this.seal(plain.dir, imageDir);
+    } finally {
+      await plain.remove();
+      await lower?.().catch((error: unknown) =>
+        this.warn({ sandboxId, err: error }, 'setting the memory limit back after an encrypted checkpoint failed'),
+      );
+    }
   }
 
   /** A new empty private directory on the tmpfs for a plaintext image of `sandboxId`. */
@@ -199,6 +236,34 @@ export async function openImage(
     await plain.remove();
     throw error;
   }
+}
+
+/** Values at or above this in a v1 `*.limit_in_bytes` mean no limit. */
+const NO_LIMIT = 1n << 62n;
+
+/**
+ * Raise the memory (and memory+swap) limit of v1 memory cgroup `dir` by its current usage.
+ * @returns the step that sets both back (limit first, then memory+swap, as the kernel requires), or null when the
+ *   cgroup has no limit or does not exist
+ */
+async function raiseMemoryLimit(dir: string): Promise<(() => Promise<void>) | null> {
+  const read = async (name: string) => {
+    const text = await readFile(join(dir, name), 'utf8').catch(() => null);
+    return text === null ? null : BigInt(text.trim());
+  };
+  const [limit, memsw, usage] = await Promise.all([
+    read('memory.limit_in_bytes'),
+    read('memory.memsw.limit_in_bytes'),
+    read('memory.usage_in_bytes'),
+  ]);
+  if (limit === null || usage === null || limit >= NO_LIMIT) return null;
+  const write = (name: string, value: bigint) => writeFile(join(dir, name), String(value));
+  if (memsw !== null && memsw < NO_LIMIT) await write('memory.memsw.limit_in_bytes', memsw + usage);
+  await write('memory.limit_in_bytes', limit + usage);
+  return async () => {
+    await write('memory.limit_in_bytes', limit);
+    if (memsw !== null && memsw < NO_LIMIT) await write('memory.memsw.limit_in_bytes', memsw);
+  };
 }
 
 interface Header {
