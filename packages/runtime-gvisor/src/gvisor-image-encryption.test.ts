@@ -181,4 +181,22 @@ describe('GvisorDriver with image encryption (real runsc)', { timeout: 300_000 }
       expect(await plainLeft()).toEqual([]);
     }
   });
+
+  it('pauses and resumes a sandbox using most of its memory limit (the plaintext on the tmpfs is charged to it)', async () => {
+    const id = testSandboxId();
+    created.push({ driver, id });
+    await driver.create(options(id));
+    // 180 MiB of random bytes in a 256 MiB sandbox: the checkpoint's tmpfs copy alone would pass the limit.
+    const ballast =
+      'import os,time\nb=bytearray()\nfor _ in range(180): b.extend(os.urandom(1<<20))\n' +
+      'open("/tmp/ready","w").close()\ntime.sleep(3600)\n';
+    await writeFile(join(driver.rootDir(id), 'root/ballast.py'), ballast);
+    await driver.spawn(id, { argv: ['python3', '/root/ballast.py'], env: { PATH: '/usr/bin:/bin' }, cwd: '/' });
+    await sh(driver, id, 'i=0; while [ ! -e /tmp/ready ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 1; sleep 0.1; done');
+    const info = await driver.pause(id);
+    expect(info.imageSizeBytes).toBeGreaterThan(180 * 1024 * 1024);
+    await driver.resume(options(id));
+    expect(await sh(driver, id, 'pgrep -f ballast.py >/dev/null && echo alive')).toBe('alive');
+    expect(await plainLeft()).toEqual([]);
+  });
 });
