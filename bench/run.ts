@@ -22,6 +22,7 @@ import { buildTemplate } from '@burrow/runtime-gvisor';
 import { Sandbox } from '@burrow/sdk';
 import { loadConfig, setup, startServer } from '@burrow/server';
 import { benchDensity, type DensityResult } from './density-bench.js';
+import { benchImageEncryption } from './encryption-bench.js';
 import { benchExec } from './exec-bench.js';
 import { benchFiles } from './files-bench.js';
 import { type HostConditions, startHostConditions } from './host-conditions.js';
@@ -105,12 +106,20 @@ async function main(): Promise<void> {
         notes.push(
           `Pause image sizes: idle ${(persistence.imageBytes.idle / 1e6).toFixed(1)} MB, 512 MiB dirty ${(persistence.imageBytes.dirty / 1e6).toFixed(1)} MB.`,
         );
+        const encryption = await benchImageEncryption(conn, await encryptedServer(work), { iterations, log });
+        rows.push(...encryption.rows);
+        notes.push(
+          'Encrypted images: each encrypted pause and resume holds the plaintext image on a tmpfs for the step ' +
+            `(memory cost at its peak: idle ${(encryption.imageBytes.idle / 1e6).toFixed(1)} MB, 512 MiB dirty ` +
+            `${(encryption.imageBytes.dirty / 1e6).toFixed(1)} MB).`,
+        );
       }
     }
     host = await conditions.finish();
   } finally {
     await server.burrow.pool.drain().catch(() => undefined);
     await server.close();
+    await closeEncryptedServer?.();
     await rm(work, { recursive: true, force: true }).catch(() => undefined);
   }
   const date = new Date().toISOString();
@@ -145,6 +154,22 @@ async function main(): Promise<void> {
         (r.raw ? `; raw p50 ${r.raw.p50} ms, ratio ${r.ratio}` : ''),
     );
   }
+}
+
+let closeEncryptedServer: (() => Promise<void>) | undefined;
+
+/** A second server, on its own data dir under `work`, with image encryption on (key made in its data dir). */
+async function encryptedServer(work: string): Promise<{ apiUrl: string; apiKey: string }> {
+  const dataDir = join(work, 'data-encrypted');
+  await mkdir(dataDir);
+  const config = loadConfig(
+    { ...process.env, BURROW_IMAGE_ENCRYPTION: '1' },
+    { dataDir, templatesDir, port: 0, logLevel: 'warn', warmPool: [] },
+  );
+  const prepared = await setup(config, { onLog: () => undefined });
+  const server = await startServer(config);
+  closeEncryptedServer = () => server.close();
+  return { apiUrl: server.url, apiKey: (await readFile(prepared.adminKeyPath, 'utf8')).trim() };
 }
 
 /**

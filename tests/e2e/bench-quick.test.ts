@@ -100,6 +100,11 @@ describe('npm run bench -- --quick', () => {
       'fork x10, idle',
       'pause, 512 MiB dirty',
       'resume, 512 MiB dirty',
+      // Baseline: the same step on an unencrypted server in the same run.
+      'encrypted images: pause, idle',
+      'encrypted images: resume, idle',
+      'encrypted images: pause, 512 MiB dirty',
+      'encrypted images: resume, 512 MiB dirty',
     ];
     for (const prefix of withRaw) {
       const row = find(prefix);

@@ -4,6 +4,7 @@ import { open, readdir, readFile, rename, stat, writeFile } from 'node:fs/promis
 import { join } from 'node:path';
 import { CheckpointRejectedError } from '@burrow/runtime';
 import { mustRun } from './host-plumbing.js';
+import { type ImageEncryptionInfo, imageEncryptionOf } from './image-encryption.js';
 import { runCommand } from './run-command.js';
 
 /** Format tag of {@link CheckpointManifest}; a manifest with another tag is refused. */
@@ -76,6 +77,8 @@ export interface CheckpointManifest {
    * fingerprint check of {@link verifyState} can accept it.
    */
   checksumsPending?: true;
+  /** Set when the image files are encrypted (see image-encryption.ts): the format and the id of their key. */
+  encryption?: ImageEncryptionInfo;
 }
 
 /** Where the parts of one saved state live. */
@@ -222,6 +225,8 @@ export async function writeManifest(
 ): Promise<CheckpointManifest> {
   const diskStat = await stat(location.diskPath);
   const defer = options.deferChecksums === true;
+  // Read from the image itself: a snapshot of a pause image written before encryption was on stays plaintext.
+  const encryption = options.memory ? await imageEncryptionOf(location.imageDir) : null;
   const [image, diskSha] = await Promise.all([
     options.memory
       ? (options.image ?? (defer ? listImage(location.imageDir) : describeImage(location.imageDir)))
@@ -243,6 +248,7 @@ export async function writeManifest(
     disk: await withPrints({ name: 'disk.img', sizeBytes: diskStat.size, sha256: diskSha }, location.diskPath),
     diskAllocatedBytes: diskStat.blocks * 512,
     ...(defer ? { checksumsPending: true as const } : {}),
+    ...(encryption === null ? {} : { encryption }),
   };
   await replaceManifest(location, manifest);
   return manifest;

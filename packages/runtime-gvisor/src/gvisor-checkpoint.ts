@@ -28,6 +28,7 @@ import {
 } from './checkpoint-files.js';
 import { HOSTNAME_PATTERN } from './guest-identity-files.js';
 import { loopDevicesUnder, mountsUnder, mustRun, preferStubsForOomKill, processAlive } from './host-plumbing.js';
+import { type ImageEncryption, openImage } from './image-encryption.js';
 import { abortError, runCommand, tail } from './run-command.js';
 import type { RunscCli } from './runsc-cli.js';
 
@@ -44,6 +45,8 @@ export class HostSocketOpenError extends RuntimeError {}
 /** What the checkpointer needs from the driver. */
 export interface CheckpointHost {
   readonly runsc: RunscCli;
+  /** Encrypts images at rest (image-encryption.ts). @default off: images are plaintext */
+  readonly imageEncryption?: ImageEncryption | undefined;
   paths(sandboxId: string): { dir: string; image: string; diskDir: string; rootfs: string; checkpointDir: string };
   /** Mount disk and overlay and write the bundle; pushes undo steps. */
   prepareBundle(options: CreateOptions, made: UndoList): Promise<void>;
@@ -439,6 +442,8 @@ export class GvisorCheckpointer {
     const timer = new StepTimer();
     const childSteps: Array<Record<string, number>> = [];
     let parentContinues: Promise<void> = Promise.resolve();
+    /** Removes the fork source's decrypted image from the tmpfs (image encryption on). */
+    let removePlainImage: () => Promise<void> = async () => undefined;
     /** Each restored child's hostname step (never rejects), awaited before the fork returns or undoes itself. */
     const identities: Array<Promise<void>> = [];
     /** The disk copies made ahead of the restores (one after another), settled before the fork returns or undoes. */
@@ -451,9 +456,14 @@ export class GvisorCheckpointer {
     try {
       const point = await this.forkPoint(sandboxId, pointDir, timer);
       parentContinues = point.parentContinues;
+      // Image encryption hook: an encrypted fork source is decrypted once (to a tmpfs) for all the children.
+      const plain = await openImage(this.host.imageEncryption, point.source.imageDir, sandboxId);
+      removePlainImage = () => plain.remove();
+      const source = { ...point.source, imageDir: plain.dir };
+      timer.mark('openImage');
       // A single child of a running parent takes the fork point's disk copy (a rename, not a second copy).
       const takeDisk = point.made && options.children.length === 1;
-      if (!takeDisk) copies = this.copyDisksAhead(point.source, options, created, copiesStop.signal);
+      if (!takeDisk) copies = this.copyDisksAhead(source, options, created, copiesStop.signal);
       const queue = [...options.children];
       const worker = async (): Promise<void> => {
         for (let child = queue.shift(); child !== undefined; child = queue.shift()) {
@@ -467,7 +477,7 @@ export class GvisorCheckpointer {
             resources: options.resources,
             memory: true,
           };
-          await this.createFrom(point.source, childOptions, {
+          await this.createFrom(source, childOptions, {
             timer: childTimer,
             takeDisk,
             diskCopied: copies.byChild.get(child.sandboxId),
@@ -492,7 +502,7 @@ export class GvisorCheckpointer {
       for (const id of created) await this.host.delete(id).catch(() => undefined);
       throw error;
     } finally {
-      await dropAside(pointDir, paths.dir);
+      await Promise.all([dropAside(pointDir, paths.dir), removePlainImage()]);
       timer.mark('removePoint');
       this.host.info?.(
         { sandboxId, count: options.children.length, totalMs: timer.totalMs(), stepsMs: timer.stepsMs, childSteps },
@@ -594,6 +604,7 @@ export class GvisorCheckpointer {
 
   async settle(sandboxId: string): Promise<void> {
     const paths = this.host.paths(sandboxId);
+    await this.host.imageEncryption?.clear(sandboxId); // image encryption hook: plaintext a crash left on the tmpfs
     const entries = await readdir(paths.dir).catch(() => [] as string[]);
     for (const name of entries) {
       if (name.startsWith('fork-') || name.startsWith(SPENT_PREFIX)) {
@@ -663,6 +674,11 @@ export class GvisorCheckpointer {
     const { sandboxId } = options;
     const paths = this.host.paths(sandboxId);
     const made: UndoList = [];
+    // --- image encryption hook: runsc reads a plaintext copy on a tmpfs, removed once the restore is done.
+    const plain = await openImage(this.host.imageEncryption, imageDir, sandboxId);
+    made.push(() => plain.remove());
+    timer?.mark('openImage');
+    // --- end image encryption hook
     try {
       if ((await stat(paths.image).catch(() => null)) === null) {
         throw new RuntimeError(`the disk of ${sandboxId} is missing; it cannot be restored`);
@@ -677,8 +693,8 @@ export class GvisorCheckpointer {
         sandboxId,
         [
           'restore',
-          ...(await restoreReadFlags(imageDir)),
-          `--image-path=${imageDir}`,
+          ...(await restoreReadFlags(plain.dir)),
+          `--image-path=${plain.dir}`,
           '--bundle',
           paths.dir,
           '--detach',
@@ -688,6 +704,7 @@ export class GvisorCheckpointer {
         options.signal,
       );
       timer?.mark('runscRestore');
+      await plain.remove(); // image encryption hook: the plaintext copy is gone once runsc has read it
       const state = await this.host.runsc.state(sandboxId);
       if (state?.status !== 'running') {
         throw new RuntimeError(`sandbox ${sandboxId} is ${state?.status ?? 'missing'} right after restore`);
@@ -855,6 +872,18 @@ export class GvisorCheckpointer {
   }
 
   /**
+   * {@link runscCheckpoint} into `imageDir`; encrypted when image encryption is on (image-encryption.ts: runsc
+   * writes to a tmpfs, encrypted into `imageDir` while the sandbox is still held still).
+   */
+  private async checkpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
+    const encryption = this.host.imageEncryption;
+    if (encryption === undefined) return this.runscCheckpoint(sandboxId, imageDir, sentryPid);
+    await encryption.checkpointInto(sandboxId, imageDir, (plainDir) =>
+      this.runscCheckpoint(sandboxId, plainDir, sentryPid),
+    );
+  }
+
+  /**
    * `runsc checkpoint --leave-running` into `imageDir` (uncompressed, O_DIRECT). The sandbox keeps running when it
    * fails; the caller releases what it held still.
    * An image taken while the sandbox's gofer was gone (it exited before or during the checkpoint) is refused: it
@@ -864,7 +893,7 @@ export class GvisorCheckpointer {
    * @throws HostSocketOpenError when a process in the sandbox holds a host socket (gVisor saves no host fd)
    * @throws RuntimeError when the gofer is gone, and for any other failure
    */
-  private async checkpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
+  private async runscCheckpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
     const result = await this.host.runsc.run(
       ['checkpoint', '--leave-running', '--compression=none', '--direct', `--image-path=${imageDir}`, sandboxId],
       { timeoutMs: 600_000 },

@@ -50,6 +50,7 @@ import {
   setCpuQuota,
   unmountAll,
 } from './host-plumbing.js';
+import { ImageEncryption, type ImageKey } from './image-encryption.js';
 import { buildOciSpec } from './oci-spec.js';
 import { abortError, tail } from './run-command.js';
 import { type GvisorPlatform, RunscCli } from './runsc-cli.js';
@@ -134,6 +135,14 @@ export interface GvisorDriverOptions {
   execAgent?: boolean;
   /** Where the compiled agent is cached (content-addressed, shareable between data dirs). @default `${dataDir}/agent-cache` */
   agentCacheDir?: string;
+  /**
+   * Encrypt memory images at rest (pause images, memory snapshots) with `key` (see `loadImageKey`). runsc
+   * writes and reads them in plaintext in a private directory under `plainRoot`, which must be on a tmpfs, for the
+   * time of one checkpoint or restore (the memory this takes is the image's size). The server's switches are
+   * `BURROW_IMAGE_ENCRYPTION` and `BURROW_IMAGE_KEY_FILE`.
+   * @default off; `plainRoot` defaults to `/dev/shm/burrow-images-<12 hex of sha256(dataDir)>`
+   */
+  imageEncryption?: { key: ImageKey; plainRoot?: string };
 }
 
 /** Host paths of one sandbox. */
@@ -208,6 +217,16 @@ export class GvisorDriver implements RuntimeDriver {
     this.agentCacheDir = options.agentCacheDir ?? join(options.dataDir, 'agent-cache');
     this.checkpointer = new GvisorCheckpointer({
       runsc: this.runsc,
+      imageEncryption:
+        options.imageEncryption === undefined
+          ? undefined
+          : new ImageEncryption({
+              key: options.imageEncryption.key,
+              plainRoot:
+                options.imageEncryption.plainRoot ?? `/dev/shm/burrow-images-${cgroupParentHash(options.dataDir)}`,
+              memoryCgroupOf: (id) => join(this.cgroupRoot, 'memory', this.cgroupParent, id),
+              warn: (object, message) => this.logger?.warn(object, message),
+            }),
       paths: (id) => this.paths(id),
       prepareBundle: (o, made) => this.prepareBundle(o, made),
       runscStep: (id, args, step, signal) => this.runscStep(id, args, step, signal),

@@ -1,5 +1,12 @@
 export { HostSocketOpenError, RESTORE_BUFFERED_MAX_BYTES, restoreReadFlags } from './gvisor-checkpoint.js';
 export { type DriverLogger, GvisorDriver, type GvisorDriverOptions } from './gvisor-driver.js';
+export {
+  IMAGE_CIPHER_FORMAT,
+  type ImageEncryptionInfo,
+  type ImageKey,
+  imageKey,
+  loadImageKey,
+} from './image-encryption.js';
 export type { GvisorPlatform } from './runsc-cli.js';
 export {
   BASE_PACKAGES,

@@ -2,7 +2,7 @@ import { chmod, mkdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
 import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
-import { GvisorDriver, type GvisorPlatform } from '@burrow/runtime-gvisor';
+import { GvisorDriver, type GvisorPlatform, loadImageKey } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
 import { DEFAULT_HEAP_HEADROOM_MIB, installHeapHeadroom } from './heap-headroom.js';
 import { buildApp } from './http/app.js';
@@ -91,6 +91,13 @@ export interface Config {
    */
   heapHeadroomMiB: number;
   /**
+   * Encrypt memory images at rest (pause images, memory snapshots; docs/security.md), with the key in `keyFile`
+   * (64 hex characters, mode 0600), made once with a random key when `create` is set.
+   * @default null: off. BURROW_IMAGE_KEY_FILE=PATH uses the operator's key file; BURROW_IMAGE_ENCRYPTION=1 without it
+   *   uses `<dataDir>/image-key`, generated on first start
+   */
+  imageEncryption: { keyFile: string; create: boolean } | null;
+  /**
    * TEST HOOK for the kill -9 suite: the named crash point (see `crashPoint` in @burrow/runtime) armed by
    * {@link startServer} after its first reconcile pass; the server SIGKILLs itself when it gets there.
    * @default null: none (BURROW_TEST_CRASH_AT)
@@ -148,8 +155,28 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     heapHeadroomMiB:
       overrides.heapHeadroomMiB ??
       intFrom(env.BURROW_HEAP_HEADROOM_MIB, 'BURROW_HEAP_HEADROOM_MIB', DEFAULT_HEAP_HEADROOM_MIB),
+    imageEncryption: overrides.imageEncryption ?? imageEncryptionFrom(env, dataDir),
     testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
   };
+}
+
+/** {@link Config.imageEncryption} from BURROW_IMAGE_KEY_FILE and BURROW_IMAGE_ENCRYPTION. */
+function imageEncryptionFrom(
+  env: Readonly<Record<string, string | undefined>>,
+  dataDir: string,
+): Config['imageEncryption'] {
+  const keyFile = env.BURROW_IMAGE_KEY_FILE ?? '';
+  const on = env.BURROW_IMAGE_ENCRYPTION ?? '';
+  if (!['', '0', '1', 'false', 'true'].includes(on)) {
+    throw new RangeError(`BURROW_IMAGE_ENCRYPTION must be 1 or 0, got ${on}`);
+  }
+  if (keyFile !== '') {
+    if (on === '0' || on === 'false') {
+      throw new RangeError('BURROW_IMAGE_KEY_FILE is set while BURROW_IMAGE_ENCRYPTION turns encryption off');
+    }
+    return { keyFile, create: false };
+  }
+  return on === '1' || on === 'true' ? { keyFile: join(dataDir, 'image-key'), create: true } : null;
 }
 
 /** Parts {@link createBurrow} would otherwise build itself (tests inject fakes here). */
@@ -212,6 +239,9 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
         platform: config.platform,
         execAgent: config.execAgent,
         logger: logger.child({ component: 'driver' }),
+        ...(config.imageEncryption === null
+          ? {}
+          : { imageEncryption: { key: await loadImageKey(config.imageEncryption) } }),
       }),
     fsHolders,
   );

@@ -81,7 +81,9 @@ export function runtimeFailure(what: string, error: unknown): ApiError {
   if (error instanceof ApiError) return error;
   if (error instanceof CheckpointRejectedError) {
     return new ApiError(ErrorCode.checkpointRejected, `${what}: ${error.message}`, {
-      hint: 'the saved state is damaged or from another runtime version; it was not restored and is kept as it is',
+      hint:
+        'the saved state is damaged, from another runtime version or encrypted with another image key; it was not ' +
+        'restored and is kept as it is',
       cause: error,
     });
   }
