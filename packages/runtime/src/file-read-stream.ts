@@ -1,7 +1,7 @@
 import type { FileHandle } from 'node:fs/promises';
 import { Readable, type Writable } from 'node:stream';
 
-/** Size of one read of {@link FileReadStream}: 1 MiB (as `IO_CHUNK_BYTES` of sandbox-fs.ts). */
+/** Size of one read of {@link FileReadStream}: 1 MiB (as `IO_CHUNK_BYTES` of write-coalesced.ts). */
 const READ_CHUNK_BYTES = 1024 * 1024;
 
 /**

@@ -19,7 +19,8 @@ import { Readable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
 import { Header, type HeaderData, Parser, type ReadEntry } from 'tar';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { FsError, SandboxFs } from './sandbox-fs.js';
+import { FsError } from './fs-errors.js';
+import { SandboxFs } from './sandbox-fs.js';
 import { extractArchive, MAX_PACK_DEPTH, packDirectory } from './sandbox-fs-archive.js';
 
 let base: string;

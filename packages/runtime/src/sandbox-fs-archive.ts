@@ -22,7 +22,9 @@ import { promisify } from 'node:util';
 import { createGzip } from 'node:zlib';
 import type { ArchiveEntryIssue, ArchiveUploadResult } from '@burrow/contract';
 import { Header, type HeaderData, Parser, Pax, type ReadEntry } from 'tar';
-import { DIR_FLAGS, FsError, NAME_MAX_BYTES, type SandboxFs, toFsError, writeCoalesced } from './sandbox-fs.js';
+import { FsError, toFsError } from './fs-errors.js';
+import { DIR_FLAGS, NAME_MAX_BYTES, type SandboxFs } from './sandbox-fs.js';
+import { writeCoalesced } from './write-coalesced.js';
 
 const readAsync = promisify(read);
 

@@ -3,7 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { FsError, isUploadTempName, SandboxFs, writeCoalesced } from './sandbox-fs.js';
+import { FsError } from './fs-errors.js';
+import { isUploadTempName, SandboxFs } from './sandbox-fs.js';
+import { writeCoalesced } from './write-coalesced.js';
 
 let base: string;
 let root: string;
