@@ -3,7 +3,7 @@
  * server (real runsc sandbox, in-sandbox supervisor, real SQLite).
  */
 import { createHash } from 'node:crypto';
-import { CommandNotFoundError, CommandTimeoutError, Sandbox, UserNotFoundError } from '@burrow/sdk';
+import { type CommandHandle, CommandNotFoundError, CommandTimeoutError, Sandbox, UserNotFoundError } from '@burrow/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './burrow-test-server.js';
 
@@ -140,6 +140,48 @@ describe('PTY', () => {
     expect(text).toContain('/dev/pts/');
     expect(text).toContain('40 132');
     expect(exitCode).toBe(3);
+  });
+
+  it('a resize sends SIGWINCH to the program itself and to the foreground job of a shell', async () => {
+    // Counts SIGWINCH; on a line of input prints the count and the size it sees, then exits.
+    await sandbox.files.write(
+      '/tmp/winch.py',
+      [
+        'import shutil, signal, sys',
+        'count = 0',
+        'def on_winch(*_):',
+        '    global count',
+        '    count += 1',
+        'signal.signal(signal.SIGWINCH, on_winch)',
+        'print("ready-%d" % (6 * 7), flush=True)',
+        'sys.stdin.readline()',
+        'size = shutil.get_terminal_size()',
+        'print("winch=%d size=%dx%d" % (count, size.columns, size.lines), flush=True)',
+      ].join('\n'),
+    );
+    const resizeAndRead = async (term: CommandHandle, stdinLine: string): Promise<string> => {
+      let text = '';
+      let resized = false;
+      for await (const event of term.output()) {
+        if (event.type === 'stdout') text += Buffer.from(event.data).toString();
+        if (!resized && text.includes('ready-42')) {
+          resized = true;
+          await sandbox.pty.resize(term.commandId, { cols: 90, rows: 20 });
+          await new Promise((r) => setTimeout(r, 300));
+          await sandbox.pty.resize(term.commandId, { cols: 91, rows: 21 });
+          await new Promise((r) => setTimeout(r, 300));
+          await sandbox.pty.sendInput(term.commandId, stdinLine);
+        }
+      }
+      return text;
+    };
+    // The PTY's own program (the session leader).
+    const direct = await sandbox.pty.create({ cols: 80, rows: 24, cmd: ['python3', '/tmp/winch.py'] });
+    expect(await resizeAndRead(direct, '\n')).toContain('winch=2 size=91x21');
+    // A job of an interactive shell: its own process group, put in the foreground by bash (job control).
+    const shell = await sandbox.pty.create({ cols: 80, rows: 24, cmd: ['/bin/bash', '--norc', '-i'] });
+    await sandbox.pty.sendInput(shell.commandId, 'python3 /tmp/winch.py; exit\n');
+    expect(await resizeAndRead(shell, '\n')).toContain('winch=2 size=91x21');
   });
 });
 
