@@ -96,6 +96,22 @@ describe('background commands', () => {
     expect(collect(events, 'stdout')).toEqual(Buffer.from([0, 1, 2, 0xe2, 0x82, 0xac, 0x0a]));
   });
 
+  it('input reaching a command after its exit is dropped: the attach stream still ends with the exit', async () => {
+    const handle = await sandbox.commands.run("echo 'out'; exit 6", { background: true, pty: { cols: 80, rows: 24 } });
+    await handle.wait({ timeoutMs: 10_000 });
+    for (let run = 0; run < 5; run++) {
+      const stream = handle.output();
+      // Sent as soon as the socket opens, while the server still reads the log: each one finds the command ended.
+      for (let i = 0; i < 10; i++) stream.writeStdin(`typed-${i}\n`);
+      stream.resize({ cols: 100, rows: 30 });
+      stream.closeStdin();
+      const events = [];
+      for await (const event of stream) events.push(event);
+      expect(collect(events, 'stdout').toString()).toBe('out\r\n');
+      expect(events.at(-1)).toMatchObject({ type: 'exit', exitCode: 6 });
+    }
+  });
+
   it('runs as the given user, in the given cwd, with the given env', async () => {
     const handle = await sandbox.commands.run('id -un; pwd; echo "$FOO"', {
       background: true,

@@ -34,13 +34,20 @@ export function registerExecCommand(program: Command, context: CliContext & { ex
     .option('--cwd <dir>', 'working directory (default: the sandbox cwd)')
     .option('--user <name|uid>', 'user the command runs as (default: root)')
     .option('-i, --interactive', 'with -t: forward this terminal to the command')
-    .option('-t, --tty', 'run the command on a PTY sized like this terminal (use -it for a shell)')
+    .option(
+      '-t, --tty',
+      'run the command on a PTY sized like this terminal (use -it for a shell); without a terminal on stdin it runs without a PTY, as ssh -t does',
+    )
     .action(async (id: string, args: string[], _options: unknown, command: Command) => {
       const options = command.optsWithGlobals<ExecOptions>();
       const timeoutMs = options.timeout === undefined ? undefined : parsePositiveInt(options.timeout, '--timeout');
       const env = keyValueRecord(options.env, 'env');
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
-      if (options.tty === true) {
+      // As with `ssh -t`: a PTY needs a terminal on stdin to forward. From a script, a pipe or CI the command runs
+      // without one (stdin forwarded up to its end, stdout and stderr apart), so its output and exit code stay exact.
+      if (options.tty === true && context.stdin.isTTY !== true) {
+        context.stderr.write('note: stdin is not a terminal, so the command runs without a PTY\n');
+      } else if (options.tty === true) {
         context.exitCode = await runOnPty(sandbox, commandFromArgs(args), context, {
           env,
           cwd: options.cwd,
@@ -121,10 +128,11 @@ async function runOnPty(
   },
 ): Promise<number> {
   const out = context.stdout as NodeJS.WriteStream;
-  const size = () => ({ cols: out.columns ?? 80, rows: out.rows ?? 24 });
+  // A terminal that reports no size (0×0, as some CI terminals do) or an output that is no terminal gets 80×24.
+  const size = () => ({ cols: positiveOr(out.columns, 80), rows: positiveOr(out.rows, 24) });
   const handle = await sandbox.commands.run(cmd, {
     background: true,
-    pty: { ...size(), term: process.env.TERM ?? 'xterm-256color' },
+    pty: { ...size(), term: context.env.TERM ?? 'xterm-256color' },
     env: options.env,
     cwd: options.cwd,
     user: options.user,
@@ -135,8 +143,11 @@ async function runOnPty(
   const raw = stdin.isTTY === true && typeof stdin.setRawMode === 'function';
   if (raw) stdin.setRawMode(true);
   const onData = (chunk: Buffer) => stream.writeStdin(chunk);
+  // A terminal that goes away (hang-up) ends the program's input: ^D on the PTY.
+  const onEnd = () => stream.closeStdin();
   const onResize = () => stream.resize(size());
   stdin.on('data', onData);
+  stdin.once('end', onEnd);
   stdin.resume();
   out.on('resize', onResize);
   try {
@@ -148,8 +159,14 @@ async function runOnPty(
   } finally {
     out.off('resize', onResize);
     stdin.off('data', onData);
+    stdin.off('end', onEnd);
     if (raw) stdin.setRawMode(false);
     stdin.pause();
     if (stdin.isTTY !== true) stdin.destroy();
   }
+}
+
+/** `value` when it is a positive number, else `fallback`. */
+function positiveOr(value: number | undefined, fallback: number): number {
+  return value !== undefined && value > 0 ? value : fallback;
 }
