@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { type CommandHandle, CommandNotFoundError, CommandTimeoutError, Sandbox, UserNotFoundError } from '@burrow/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './burrow-test-server.js';
+import { runCli } from './cli-runner.js';
 
 const RUN_ID = `cmd-${Date.now().toString(36)}`;
 let server: TestServer;
@@ -198,6 +199,54 @@ describe('PTY', () => {
     const shell = await sandbox.pty.create({ cols: 80, rows: 24, cmd: ['/bin/bash', '--norc', '-i'] });
     await sandbox.pty.sendInput(shell.commandId, 'python3 /tmp/winch.py; exit\n');
     expect(await resizeAndRead(shell, '\n')).toContain('winch=2 size=91x21');
+  });
+});
+
+describe('exec ended by something else than the command', () => {
+  it('a command killed at the memory limit reports SIGKILL with reason oom_killed (SDK), and exits 137 (CLI)', async () => {
+    const small = await Sandbox.create({ ...connection(), memoryMiB: 256, labels: { e2e: RUN_ID } });
+    try {
+      const hog = [
+        'python3',
+        '-c',
+        'b = bytearray(1 << 30)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint("survived")',
+      ];
+      const result = await small.commands.run(hog);
+      expect(result).toMatchObject({ exitCode: null, signal: 'SIGKILL', reason: 'oom_killed', timedOut: false });
+      const events = [];
+      for await (const event of small.commands.stream(hog)) events.push(event);
+      expect(events.at(-1)).toMatchObject({ type: 'exit', signal: 'SIGKILL', reason: 'oom_killed' });
+      // A plain failure in the same sandbox afterwards is still a plain exit 1.
+      expect(await small.commands.run('exit 1')).toMatchObject({ exitCode: 1, signal: null, reason: null });
+      const cli = await runCli(['exec', small.id, '--', ...hog], {
+        env: { BURROW_URL: server.apiUrl, BURROW_API_KEY: server.adminKey },
+      });
+      expect(cli.code).toBe(137);
+      expect(cli.stderr).toContain('memory limit');
+    } finally {
+      await small.delete();
+    }
+  });
+
+  it('a streaming exec reading stdin that a pause ends says so (SIGKILL, reason sandbox_checkpoint)', async () => {
+    const stream = sandbox.commands.stream(['sh', '-c', 'cat; echo "cat ended: $?"'], { timeoutMs: 60_000 });
+    await stream.started();
+    stream.writeStdin('abc\n');
+    const events: Array<{ type: string; data?: Uint8Array }> = [];
+    let paused: Promise<unknown> | undefined;
+    for await (const event of stream) {
+      events.push(event);
+      if (paused === undefined && collect(events, 'stdout').toString().includes('abc')) paused = sandbox.pause();
+    }
+    await paused;
+    await sandbox.resume();
+    expect(collect(events, 'stdout').toString()).toBe('abc\n');
+    expect(events.at(-1)).toMatchObject({
+      type: 'exit',
+      exitCode: null,
+      signal: 'SIGKILL',
+      reason: 'sandbox_checkpoint',
+    });
   });
 });
 

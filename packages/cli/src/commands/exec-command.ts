@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { Sandbox } from '@burrow/sdk';
+import { type ExitReason, Sandbox } from '@burrow/sdk';
 import type { Command } from 'commander';
 import { type CliContext, connectionFor, type GlobalOptions } from '../cli-context.js';
 import { exitCodeForExit } from '../exit-codes.js';
@@ -93,6 +93,7 @@ export function registerExecCommand(program: Command, context: CliContext & { ex
                 `error: the command ran past its timeout (${timeoutMs ?? 60_000} ms) and was killed\nhint: pass a larger --timeout MS\n`,
               );
             }
+            reportExitReason(context, event.reason);
             context.exitCode = exitCodeForExit(event);
           }
         }
@@ -169,4 +170,17 @@ async function runOnPty(
 /** `value` when it is a positive number, else `fallback`. */
 function positiveOr(value: number | undefined, fallback: number): number {
   return value !== undefined && value > 0 ? value : fallback;
+}
+
+/** Says on stderr why the command ended when something else than the command ended it (its exit code is 137). */
+function reportExitReason(context: CliContext, reason: ExitReason | null): void {
+  if (reason === 'oom_killed') {
+    context.stderr.write(
+      'error: the command was killed: the sandbox reached its memory limit\nhint: use less memory, or create a sandbox with more (burrow sandbox create --memory MIB)\n',
+    );
+  } else if (reason === 'sandbox_checkpoint') {
+    context.stderr.write(
+      'error: the command was killed: the sandbox was paused, forked or snapshotted with its memory while it ran\nhint: run it again once the sandbox runs; background commands (SDK: background: true) survive a pause\n',
+    );
+  }
 }
