@@ -2,7 +2,7 @@
  * End to end: `burrow exec -it ID -- bash` in a real terminal (tmux), and `ps` / `logs --follow` / `kill` on
  * background commands, against a REAL server and sandbox.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { Sandbox } from '@burrow/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './burrow-test-server.js';
@@ -89,6 +89,46 @@ describe('burrow exec -it', () => {
     await waitFor(() => screen().includes('after-int=130'), 'Ctrl-C to end the sleep', 15_000);
     tmux('send-keys', '-t', 'burrow', 'exit 7', 'Enter');
     await waitFor(() => screen().includes('cli-exit=7'), 'the CLI exit code');
+  });
+});
+
+describe('burrow exec -it without a usable terminal', () => {
+  it('from a pipe or /dev/null runs without a PTY (as ssh -t): output and exit code exact, every time', async () => {
+    for (let run = 0; run < 3; run++) {
+      const piped = await runCli(
+        ['exec', '-it', sandbox.id, '--', 'sh', '-c', 'read line; echo "got-$line"; tty || true; exit 3'],
+        { env, input: 'hello\n' },
+      );
+      expect(piped.stderr).toContain('stdin is not a terminal');
+      expect(piped.stdout).toBe('got-hello\nnot a tty\n');
+      expect(piped.code).toBe(3);
+      const atEnd = await runCli(['exec', '-it', sandbox.id, '--', 'sh', '-c', 'cat; echo "out-$((40+2))"; exit 4'], {
+        env,
+      });
+      expect(atEnd.stdout).toBe('out-42\n');
+      expect(atEnd.code).toBe(4);
+    }
+  });
+
+  it('on a terminal that reports no size (0x0) uses a PTY of 80x24', async () => {
+    // script(1) with no terminal around it gives the CLI a PTY of 0 columns and 0 rows.
+    const envArgs = Object.entries(env).map(([k, v]) => `${k}=${v}`);
+    const inner = `env ${envArgs.join(' ')} ${process.execPath} ${CLI_BIN} exec -it ${sandbox.id} -- sh -c 'stty size; exit 5'`;
+    const result = await new Promise<{ code: number | null; stdout: string }>((resolve, reject) => {
+      const child = spawn('script', ['-qec', inner, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let stdout = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        stdout += chunk.toString();
+      });
+      const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+      child.once('error', reject);
+      child.once('close', (code) => {
+        clearTimeout(timer);
+        resolve({ code, stdout });
+      });
+    });
+    expect(result.stdout).toContain('24 80');
+    expect(result.code).toBe(5);
   });
 });
 

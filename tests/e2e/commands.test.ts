@@ -3,9 +3,10 @@
  * server (real runsc sandbox, in-sandbox supervisor, real SQLite).
  */
 import { createHash } from 'node:crypto';
-import { CommandNotFoundError, CommandTimeoutError, Sandbox, UserNotFoundError } from '@burrow/sdk';
+import { type CommandHandle, CommandNotFoundError, CommandTimeoutError, Sandbox, UserNotFoundError } from '@burrow/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './burrow-test-server.js';
+import { runCli } from './cli-runner.js';
 
 const RUN_ID = `cmd-${Date.now().toString(36)}`;
 let server: TestServer;
@@ -96,6 +97,22 @@ describe('background commands', () => {
     expect(collect(events, 'stdout')).toEqual(Buffer.from([0, 1, 2, 0xe2, 0x82, 0xac, 0x0a]));
   });
 
+  it('input reaching a command after its exit is dropped: the attach stream still ends with the exit', async () => {
+    const handle = await sandbox.commands.run("echo 'out'; exit 6", { background: true, pty: { cols: 80, rows: 24 } });
+    await handle.wait({ timeoutMs: 10_000 });
+    for (let run = 0; run < 5; run++) {
+      const stream = handle.output();
+      // Sent as soon as the socket opens, while the server still reads the log: each one finds the command ended.
+      for (let i = 0; i < 10; i++) stream.writeStdin(`typed-${i}\n`);
+      stream.resize({ cols: 100, rows: 30 });
+      stream.closeStdin();
+      const events = [];
+      for await (const event of stream) events.push(event);
+      expect(collect(events, 'stdout').toString()).toBe('out\r\n');
+      expect(events.at(-1)).toMatchObject({ type: 'exit', exitCode: 6 });
+    }
+  });
+
   it('runs as the given user, in the given cwd, with the given env', async () => {
     const handle = await sandbox.commands.run('id -un; pwd; echo "$FOO"', {
       background: true,
@@ -140,6 +157,94 @@ describe('PTY', () => {
     expect(text).toContain('/dev/pts/');
     expect(text).toContain('40 132');
     expect(exitCode).toBe(3);
+  });
+
+  it('a resize sends SIGWINCH to the program itself and to the foreground job of a shell', async () => {
+    // Counts SIGWINCH; on a line of input prints the count and the size it sees, then exits.
+    await sandbox.files.write(
+      '/tmp/winch.py',
+      [
+        'import shutil, signal, sys',
+        'count = 0',
+        'def on_winch(*_):',
+        '    global count',
+        '    count += 1',
+        'signal.signal(signal.SIGWINCH, on_winch)',
+        'print("ready-%d" % (6 * 7), flush=True)',
+        'sys.stdin.readline()',
+        'size = shutil.get_terminal_size()',
+        'print("winch=%d size=%dx%d" % (count, size.columns, size.lines), flush=True)',
+      ].join('\n'),
+    );
+    const resizeAndRead = async (term: CommandHandle, stdinLine: string): Promise<string> => {
+      let text = '';
+      let resized = false;
+      for await (const event of term.output()) {
+        if (event.type === 'stdout') text += Buffer.from(event.data).toString();
+        if (!resized && text.includes('ready-42')) {
+          resized = true;
+          await sandbox.pty.resize(term.commandId, { cols: 90, rows: 20 });
+          await new Promise((r) => setTimeout(r, 300));
+          await sandbox.pty.resize(term.commandId, { cols: 91, rows: 21 });
+          await new Promise((r) => setTimeout(r, 300));
+          await sandbox.pty.sendInput(term.commandId, stdinLine);
+        }
+      }
+      return text;
+    };
+    // The PTY's own program (the session leader).
+    const direct = await sandbox.pty.create({ cols: 80, rows: 24, cmd: ['python3', '/tmp/winch.py'] });
+    expect(await resizeAndRead(direct, '\n')).toContain('winch=2 size=91x21');
+    // A job of an interactive shell: its own process group, put in the foreground by bash (job control).
+    const shell = await sandbox.pty.create({ cols: 80, rows: 24, cmd: ['/bin/bash', '--norc', '-i'] });
+    await sandbox.pty.sendInput(shell.commandId, 'python3 /tmp/winch.py; exit\n');
+    expect(await resizeAndRead(shell, '\n')).toContain('winch=2 size=91x21');
+  });
+});
+
+describe('exec ended by something else than the command', () => {
+  it('a command killed at the memory limit reports SIGKILL with reason oom_killed (SDK run), exits 137 (CLI stream)', async () => {
+    const small = await Sandbox.create({ ...connection(), memoryMiB: 256, labels: { e2e: RUN_ID } });
+    try {
+      const hog = [
+        'python3',
+        '-c',
+        'b = bytearray(1 << 30)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint("survived")',
+      ];
+      const result = await small.commands.run(hog);
+      expect(result).toMatchObject({ exitCode: null, signal: 'SIGKILL', reason: 'oom_killed', timedOut: false });
+      // A plain failure in the same sandbox afterwards is still a plain exit 1.
+      expect(await small.commands.run('exit 1')).toMatchObject({ exitCode: 1, signal: null, reason: null });
+      const cli = await runCli(['exec', small.id, '--', ...hog], {
+        env: { BURROW_URL: server.apiUrl, BURROW_API_KEY: server.adminKey },
+      });
+      // The CLI streams: the exit frame carries the reason too.
+      expect(cli.code).toBe(137);
+      expect(cli.stderr).toContain('memory limit');
+    } finally {
+      await small.delete();
+    }
+  });
+
+  it('a streaming exec reading stdin that a pause ends says so (SIGKILL, reason sandbox_checkpoint)', async () => {
+    const stream = sandbox.commands.stream(['sh', '-c', 'cat; echo "cat ended: $?"'], { timeoutMs: 60_000 });
+    await stream.started();
+    stream.writeStdin('abc\n');
+    const events: Array<{ type: string; data?: Uint8Array }> = [];
+    let paused: Promise<unknown> | undefined;
+    for await (const event of stream) {
+      events.push(event);
+      if (paused === undefined && collect(events, 'stdout').toString().includes('abc')) paused = sandbox.pause();
+    }
+    await paused;
+    await sandbox.resume();
+    expect(collect(events, 'stdout').toString()).toBe('abc\n');
+    expect(events.at(-1)).toMatchObject({
+      type: 'exit',
+      exitCode: null,
+      signal: 'SIGKILL',
+      reason: 'sandbox_checkpoint',
+    });
   });
 });
 

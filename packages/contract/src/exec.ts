@@ -74,6 +74,16 @@ export const ExecRequestSchema = z
   .meta({ id: 'ExecRequest' });
 export type ExecRequest = z.input<typeof ExecRequestSchema>;
 
+/**
+ * Why a command ended when neither it nor its `timeoutMs` ended it:
+ * - `oom_killed`: the sandbox reached its memory limit while the command ran, and the command ended as a process
+ *   killed for memory does (gVisor reports such a process as exit 1; it is reported as `SIGKILL`).
+ * - `sandbox_checkpoint`: a pause, fork or memory snapshot of the sandbox ended it (a checkpoint ends every command
+ *   started by exec; background commands survive it). Reported as `SIGKILL`, whatever the command saw.
+ */
+export const ExitReasonSchema = z.enum(['oom_killed', 'sandbox_checkpoint']).meta({ id: 'ExitReason' });
+export type ExitReason = z.infer<typeof ExitReasonSchema>;
+
 /** How a command ended. Exactly one of `exitCode` and `signal` is non-null. */
 export const ExitInfoSchema = z.object({
   /** 0-255, or null when a signal ended the command. */
@@ -82,6 +92,8 @@ export const ExitInfoSchema = z.object({
   signal: z.string().nullable(),
   /** True when the command ran past `timeoutMs` and was killed. */
   timedOut: z.boolean(),
+  /** Why it ended when something else than the command or its timeout ended it ({@link ExitReasonSchema}), else null. */
+  reason: ExitReasonSchema.nullable().default(null),
   /** Wall time from start to exit, ms. */
   durationMs: z.number(),
 });

@@ -65,6 +65,11 @@ interface AgentEndpoint {
   connections: Set<Socket>;
   /** Quiesced or closed: a connection accepted from now on is ended at once. */
   closed: boolean;
+  /**
+   * Quiesced for a checkpoint: a command whose data connection closes without an exit status from now on was ended
+   * by it (the agent SIGKILLs every command's group on quiesce).
+   */
+  quiesced: boolean;
 }
 
 /**
@@ -214,6 +219,7 @@ export class AgentHub {
       sockets: new Set(),
       connections: new Set(),
       closed: false,
+      quiesced: false,
     };
     this.endpoints.set(sandboxId, endpoint);
     await new Promise<void>((resolve, reject) => {
@@ -268,6 +274,7 @@ export class AgentHub {
     if (!endpoint) return;
     this.endpoints.delete(sandboxId);
     endpoint.closed = true;
+    endpoint.quiesced = true;
     endpoint.server.close();
     // Not only the known control connection: one accepted just now whose hello is still on its way is the agent's
     // next control connection, and left open it fails the checkpoint (chaos test, a pause 250 ms after a create).
@@ -394,7 +401,7 @@ export class AgentHub {
       // An agent that never answers on it: the connection is ended, and the start fails.
       const timer = setTimeout(() => spare.socket.destroy(), START_TIMEOUT_MS);
       try {
-        return await startedProcess(spare.socket, spare.reader, options);
+        return await startedProcess(spare.socket, spare.reader, options, () => endpoint.quiesced);
       } finally {
         clearTimeout(timer);
       }
@@ -420,7 +427,7 @@ export class AgentHub {
     });
     control.write(encodeFrame('E', payload));
     const { socket, reader } = await connected;
-    return startedProcess(socket, reader, options);
+    return startedProcess(socket, reader, options, () => endpoint.quiesced);
   }
 }
 
@@ -432,8 +439,16 @@ function takeSpare(endpoint: AgentEndpoint): { socket: Socket; reader: FrameRead
   return undefined;
 }
 
-/** Wire a data connection into a {@link SandboxProcess} once its first frame ('P' or 'F') arrived. */
-function startedProcess(socket: Socket, reader: FrameReader, options: AgentExecOptions): Promise<SandboxProcess> {
+/**
+ * Wire a data connection into a {@link SandboxProcess} once its first frame ('P' or 'F') arrived. `quiesced` tells
+ * whether the agent was quiesced for a checkpoint, which then ended the command.
+ */
+function startedProcess(
+  socket: Socket,
+  reader: FrameReader,
+  options: AgentExecOptions,
+  quiesced: () => boolean,
+): Promise<SandboxProcess> {
   const stdout = new PassThrough({ highWaterMark: OUTPUT_HIGH_WATER_BYTES });
   const stderr = new PassThrough({ highWaterMark: OUTPUT_HIGH_WATER_BYTES });
   let settle!: (exit: ProcessExit) => void;
@@ -547,8 +562,8 @@ function startedProcess(socket: Socket, reader: FrameReader, options: AgentExecO
     reader.push(Buffer.alloc(0));
     socket.on('close', () => {
       if (!started) reject(new RuntimeError('the exec agent closed the connection before the command started'));
-      // Closed without an exit status: the sandbox was paused (the agent SIGKILLs its commands) or the agent died.
-      end({ exitCode: null, signal: 'SIGKILL' });
+      // Closed without an exit status: a checkpoint quiesced the agent (it SIGKILLs its commands) or the agent died.
+      end({ exitCode: null, signal: 'SIGKILL', ...(quiesced() ? { reason: 'sandbox_checkpoint' as const } : {}) });
     });
     if (options.signal) {
       const onAbort = (): void => {

@@ -27,6 +27,7 @@ import {
 import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
 import { AgentHub, AgentStartError } from './agent-hub.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
+import { ExecExitReasons } from './exec-exit-reason.js';
 import { ensureGuestIdentity } from './guest-identity-files.js';
 import { GvisorCheckpointer, HostSocketOpenError, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import { assertNoHostFds, clearRunscExecMark, markRunscExec } from './host-fd-scan.js';
@@ -193,6 +194,8 @@ export class GvisorDriver implements RuntimeDriver {
   private readonly exitReported = new Set<string>();
   /** Host ends of the in-sandbox exec agents. */
   private readonly agents = new AgentHub();
+  /** Labels exec exits the sandbox cannot label (memory-limit kills, checkpoints of `runsc exec` commands). */
+  private readonly exitReasons = new ExecExitReasons((sandboxId) => readOomKillCount(this.memoryCgroup(sandboxId)));
   private agentBuildPromise: Promise<AgentBuild> | null = null;
   /** Sandboxes whose agent did not connect when waited for (exec goes through runsc exec without waiting). */
   private readonly agentAbsent = new Set<string>();
@@ -276,6 +279,7 @@ export class GvisorDriver implements RuntimeDriver {
    */
   private async withAgentQuiesced<T>(sandboxId: string, step: () => Promise<T>): Promise<T> {
     const startedMs = performance.now();
+    this.exitReasons.checkpointStarting(sandboxId);
     await this.agents.quiesce(sandboxId);
     const quiesceMs = Math.round(performance.now() - startedMs);
     try {
@@ -451,10 +455,12 @@ export class GvisorDriver implements RuntimeDriver {
   async exec(sandboxId: string, options: ExecOptions): Promise<SandboxProcess> {
     const paths = this.paths(sandboxId);
     if (options.signal?.aborted) throw abortError(options.signal);
+    const oomKillsBefore = this.exitReasons.oomKillsBefore(sandboxId);
     const control = await this.agentControl(sandboxId);
     if (control !== null) {
       try {
-        return await this.agents.exec(sandboxId, control, options);
+        const process = await this.agents.exec(sandboxId, control, options);
+        return this.exitReasons.track(sandboxId, process, oomKillsBefore, 'agent');
       } catch (error) {
         if (!(error instanceof AgentStartError)) throw error;
         // Nothing ran: start it with runsc exec instead.
@@ -479,7 +485,7 @@ export class GvisorDriver implements RuntimeDriver {
       .state(sandboxId)
       .then((state) => (state && state.pid > 0 ? preferStubsForOomKill(state.pid) : undefined))
       .catch(() => undefined);
-    return process;
+    return this.exitReasons.track(sandboxId, process, oomKillsBefore, 'runsc');
   }
 
   async observe(sandboxId: string): Promise<ObservedSandbox> {

@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import type { ErrorCode, Resources } from '@burrow/contract';
+import type { ErrorCode, ExitReason, Resources } from '@burrow/contract';
 
 /** Optional features a driver may have. Calling an unsupported one throws {@link UnsupportedError}. */
 export type Capability = 'checkpoint' | 'fork' | 'pty' | 'network';
@@ -41,6 +41,8 @@ export interface ProcessExit {
   exitCode: number | null;
   /** Signal name such as `SIGKILL`. */
   signal: string | null;
+  /** Why it ended when the host knows it did not end by itself (a memory-limit kill, a checkpoint). @default none */
+  reason?: ExitReason | undefined;
 }
 
 /** A process running inside a sandbox. Its streams are raw bytes. */

@@ -46,7 +46,10 @@ export class CommandExitError extends BurrowError {
   readonly result: CommandResult;
 
   constructor(result: CommandResult) {
-    const how = result.signal === null ? `exited with code ${result.exitCode}` : `was killed by ${result.signal}`;
+    const how =
+      result.signal === null
+        ? `exited with code ${result.exitCode}`
+        : `was killed by ${result.signal}${result.reason === null ? '' : ` (${result.reason})`}`;
     const tail = result.stderr.trim().split('\n').slice(-3).join('\n');
     super(`the command ${how}${tail === '' ? '' : `: ${tail}`}`, {
       code: ClientErrorCode.commandExit,
@@ -64,6 +67,7 @@ export function resultFromWire(wire: ExecResult): CommandResult {
     exitCode: wire.exitCode,
     signal: wire.signal,
     timedOut: wire.timedOut,
+    reason: wire.reason ?? null,
     durationMs: wire.durationMs,
     truncated: wire.truncated,
     stdoutBytes,

@@ -7,6 +7,7 @@ export type {
   Event,
   EventType,
   ExitInfo,
+  ExitReason,
   Expiry,
   FileInfo,
   Quota,

@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { Sandbox } from '@burrow/sdk';
+import { type ExitReason, Sandbox } from '@burrow/sdk';
 import type { Command } from 'commander';
 import { type CliContext, connectionFor, type GlobalOptions } from '../cli-context.js';
 import { exitCodeForExit } from '../exit-codes.js';
@@ -34,13 +34,20 @@ export function registerExecCommand(program: Command, context: CliContext & { ex
     .option('--cwd <dir>', 'working directory (default: the sandbox cwd)')
     .option('--user <name|uid>', 'user the command runs as (default: root)')
     .option('-i, --interactive', 'with -t: forward this terminal to the command')
-    .option('-t, --tty', 'run the command on a PTY sized like this terminal (use -it for a shell)')
+    .option(
+      '-t, --tty',
+      'run the command on a PTY sized like this terminal (use -it for a shell); without a terminal on stdin it runs without a PTY, as ssh -t does',
+    )
     .action(async (id: string, args: string[], _options: unknown, command: Command) => {
       const options = command.optsWithGlobals<ExecOptions>();
       const timeoutMs = options.timeout === undefined ? undefined : parsePositiveInt(options.timeout, '--timeout');
       const env = keyValueRecord(options.env, 'env');
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
-      if (options.tty === true) {
+      // As with `ssh -t`: a PTY needs a terminal on stdin to forward. From a script, a pipe or CI the command runs
+      // without one (stdin forwarded up to its end, stdout and stderr apart), so its output and exit code stay exact.
+      if (options.tty === true && context.stdin.isTTY !== true) {
+        context.stderr.write('note: stdin is not a terminal, so the command runs without a PTY\n');
+      } else if (options.tty === true) {
         context.exitCode = await runOnPty(sandbox, commandFromArgs(args), context, {
           env,
           cwd: options.cwd,
@@ -86,6 +93,7 @@ export function registerExecCommand(program: Command, context: CliContext & { ex
                 `error: the command ran past its timeout (${timeoutMs ?? 60_000} ms) and was killed\nhint: pass a larger --timeout MS\n`,
               );
             }
+            reportExitReason(context, event.reason);
             context.exitCode = exitCodeForExit(event);
           }
         }
@@ -121,10 +129,11 @@ async function runOnPty(
   },
 ): Promise<number> {
   const out = context.stdout as NodeJS.WriteStream;
-  const size = () => ({ cols: out.columns ?? 80, rows: out.rows ?? 24 });
+  // A terminal that reports no size (0×0, as some CI terminals do) or an output that is no terminal gets 80×24.
+  const size = () => ({ cols: positiveOr(out.columns, 80), rows: positiveOr(out.rows, 24) });
   const handle = await sandbox.commands.run(cmd, {
     background: true,
-    pty: { ...size(), term: process.env.TERM ?? 'xterm-256color' },
+    pty: { ...size(), term: context.env.TERM ?? 'xterm-256color' },
     env: options.env,
     cwd: options.cwd,
     user: options.user,
@@ -135,8 +144,11 @@ async function runOnPty(
   const raw = stdin.isTTY === true && typeof stdin.setRawMode === 'function';
   if (raw) stdin.setRawMode(true);
   const onData = (chunk: Buffer) => stream.writeStdin(chunk);
+  // A terminal that goes away (hang-up) ends the program's input: ^D on the PTY.
+  const onEnd = () => stream.closeStdin();
   const onResize = () => stream.resize(size());
   stdin.on('data', onData);
+  stdin.once('end', onEnd);
   stdin.resume();
   out.on('resize', onResize);
   try {
@@ -148,8 +160,27 @@ async function runOnPty(
   } finally {
     out.off('resize', onResize);
     stdin.off('data', onData);
+    stdin.off('end', onEnd);
     if (raw) stdin.setRawMode(false);
     stdin.pause();
     if (stdin.isTTY !== true) stdin.destroy();
+  }
+}
+
+/** `value` when it is a positive number, else `fallback`. */
+function positiveOr(value: number | undefined, fallback: number): number {
+  return value !== undefined && value > 0 ? value : fallback;
+}
+
+/** Says on stderr why the command ended when something else than the command ended it (its exit code is 137). */
+function reportExitReason(context: CliContext, reason: ExitReason | null): void {
+  if (reason === 'oom_killed') {
+    context.stderr.write(
+      'error: the command was killed: the sandbox reached its memory limit\nhint: use less memory, or create a sandbox with more (burrow sandbox create --memory MIB)\n',
+    );
+  } else if (reason === 'sandbox_checkpoint') {
+    context.stderr.write(
+      'error: the command was killed: the sandbox was paused, forked or snapshotted with its memory while it ran\nhint: run it again once the sandbox runs; background commands (SDK: background: true) survive a pause\n',
+    );
   }
 }

@@ -3,6 +3,7 @@ import {
   CommandClientFrameSchema,
   CommandParamsSchema,
   type CommandServerFrame,
+  ErrorCode,
   ExecChannel,
 } from '@burrow/contract';
 import type { SandboxFs } from '@burrow/runtime';
@@ -71,7 +72,9 @@ class AttachSession {
     });
     this.socket.on('error', (error) => this.request.log.warn({ err: error }, 'attach socket error'));
     this.socket.on('message', (data: Buffer, isBinary: boolean) => {
-      this.onMessage(caller, id, commandId, data, isBinary).catch((error: unknown) => this.fail(error));
+      this.onMessage(caller, id, commandId, data, isBinary).catch((error: unknown) =>
+        this.onInputError(id, commandId, error),
+      );
     });
     try {
       const { fs } = await this.services.commands.view(caller, id);
@@ -147,6 +150,23 @@ class AttachSession {
     else if (frame.type === 'resize')
       await commands.control(caller, id, commandId, ControlKind.resize, resizePayload(frame));
     else await commands.kill(caller, id, commandId, frame.signal);
+  }
+
+  /**
+   * Input (stdin, ^D, a resize) that reaches a command after its exit is dropped: a client sends it without knowing
+   * of the exit, which this stream is about to deliver with all the output before it. Any other failure ends the
+   * stream with its error.
+   */
+  private async onInputError(id: string, commandId: string, error: unknown): Promise<void> {
+    if (error instanceof ApiError && error.code === ErrorCode.conflict) {
+      const status = await this.services.commands
+        .view(principalOf(this.request), id)
+        .then(({ fs }) => this.services.commands.info(fs, id, commandId))
+        .then((info) => info.status)
+        .catch(() => null);
+      if (status === 'exited') return;
+    }
+    this.fail(error);
   }
 
   private send(frame: CommandServerFrame): void {

@@ -151,6 +151,7 @@ class ExecSession {
       exitCode: this.timedOut ? null : exit.exitCode,
       signal: this.timedOut ? 'SIGKILL' : exit.signal,
       timedOut: this.timedOut,
+      reason: this.timedOut ? null : (exit.reason ?? null),
       durationMs: Date.now() - started.startedAtMs,
     });
   }

@@ -164,6 +164,7 @@ export class ExecService {
         exitCode: timedOut ? null : exit.exitCode,
         signal: timedOut ? 'SIGKILL' : exit.signal,
         timedOut,
+        reason: timedOut ? null : (exit.reason ?? null),
         durationMs,
         stdout: stdout.toBuffer().toString('base64'),
         stderr: stderr.toBuffer().toString('base64'),
