@@ -742,9 +742,8 @@ export class GvisorDriver implements RuntimeDriver {
       rootPath: paths.rootfs,
       hostname: options.hostname,
       args: hasTini ? ['/usr/bin/tini', '-s', '--', ...SPAWNER_ARGV] : SPAWNER_ARGV,
-      // The sentry-internal tmpfs on /tmp would be invisible to the host: bind the overlay's own /tmp.
+      tmpfs: ['/tmp'],
       mounts: [
-        { source: join(paths.rootfs, 'tmp'), destination: '/tmp', readonly: false },
         // The exec agent and its host socket (docs/adr/0003); read-only: the sandbox can connect, not tamper.
         { source: paths.agentDir, destination: AGENT_GUEST_DIR, readonly: true },
       ],

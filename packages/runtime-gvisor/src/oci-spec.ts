@@ -54,6 +54,11 @@ export interface OciSpecInput {
   mounts?: BindMount[];
   /** Omitted for build sandboxes, which run without a cgroup of their own. */
   limits?: SpecLimits;
+  /**
+   * Absolute paths inside the sandbox that get a tmpfs of gVisor's own (mode 1777, in the sandbox's memory): files
+   * there are saved in a checkpoint image even when deleted while open, and the host never sees them. @default none
+   */
+  tmpfs?: string[];
   /** OCI `annotations`: Burrow's own facts about the container (runsc ignores keys it does not know). */
   annotations?: Record<string, string>;
 }
@@ -83,6 +88,12 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
       { destination: '/proc', type: 'proc', source: 'proc' },
       { destination: '/dev', type: 'tmpfs', source: 'tmpfs' },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+      ...(input.tmpfs ?? []).map((destination) => ({
+        destination,
+        type: 'tmpfs',
+        source: 'tmpfs',
+        options: ['nosuid', 'nodev', 'mode=1777'],
+      })),
       ...(input.mounts ?? []).map((mount) => ({
         destination: mount.destination,
         type: 'bind',
