@@ -28,7 +28,8 @@ import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './ag
 import { AgentHub, AgentStartError } from './agent-hub.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { ensureGuestIdentity } from './guest-identity-files.js';
-import { GvisorCheckpointer, HostSocketOpenError, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
+import { explainBlockers, HostSocketOpenError } from './checkpoint-blockers.js';
+import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
   cgroupChildren,
   cgroupDirs,
@@ -47,7 +48,7 @@ import {
   setCpuQuota,
   unmountAll,
 } from './host-plumbing.js';
-import { buildOciSpec } from './oci-spec.js';
+import { buildOciSpec, TMP_MEMORY_SHARE } from './oci-spec.js';
 import { abortError, tail } from './run-command.js';
 import { type GvisorPlatform, RunscCli } from './runsc-cli.js';
 import { startSandboxProcess } from './sandbox-process.js';
@@ -245,7 +246,8 @@ export class GvisorDriver implements RuntimeDriver {
       try {
         return await step();
       } catch (error) {
-        if (!(error instanceof HostSocketOpenError)) throw error;
+        // The sandbox runs again after a refused checkpoint: say which process holds what.
+        if (!(error instanceof HostSocketOpenError)) throw await explainBlockers(this.runsc, sandboxId, error);
         // A connection the agent opened as the listener closed can still be on its way down: once more, later.
         this.logger?.warn({ sandboxId }, 'checkpoint found an open host socket; retrying once');
         await new Promise((resolve) => setTimeout(resolve, HOST_SOCKET_RETRY_DELAY_MS));
@@ -735,6 +737,7 @@ export class GvisorDriver implements RuntimeDriver {
         mergedDir: paths.rootfs,
       });
     }
+    // The mount point of /tmp's tmpfs (the disk's own /tmp is not seen inside).
     await mkdir(join(paths.rootfs, 'tmp'), { recursive: true });
     await chmod(join(paths.rootfs, 'tmp'), 0o1777);
     const hasTini = await fileExists(join(options.template.rootfsDir, 'usr/bin/tini'));
@@ -742,7 +745,10 @@ export class GvisorDriver implements RuntimeDriver {
       rootPath: paths.rootfs,
       hostname: options.hostname,
       args: hasTini ? ['/usr/bin/tini', '-s', '--', ...SPAWNER_ARGV] : SPAWNER_ARGV,
-      tmpfs: ['/tmp'],
+      // Deleted-but-open files are saved by a checkpoint only on gVisor's own tmpfs (docs/adr/0005).
+      tmpfs: [
+        { destination: '/tmp', sizeMiB: Math.max(1, Math.floor(options.resources.memoryMiB * TMP_MEMORY_SHARE)) },
+      ],
       mounts: [
         // The exec agent and its host socket (docs/adr/0003); read-only: the sandbox can connect, not tamper.
         { source: paths.agentDir, destination: AGENT_GUEST_DIR, readonly: true },

@@ -300,6 +300,35 @@ export class RuntimeError extends Error {
   }
 }
 
+/** Why a sandbox cannot be checkpointed now: something in it that the runtime cannot save. */
+export type CheckpointBlockReason = 'deleted_file_open' | 'host_socket_open';
+
+/** A process in the sandbox that keeps it from being checkpointed, and what it holds. */
+export interface CheckpointBlocker {
+  /** Process id inside the sandbox, or null when the runtime could not tell which process. */
+  pid: number | null;
+  /** Its command line (at most 200 characters), or null when unknown. */
+  command: string | null;
+  /** The path it holds: a deleted file it keeps open, its deleted working directory, or a host socket. */
+  path: string;
+}
+
+/**
+ * A pause, fork or memory snapshot is refused because of the sandbox's own state (a process holds something the
+ * runtime cannot save); the sandbox keeps running unchanged. Retrying helps only once that process lets go.
+ */
+export class CheckpointBlockedError extends RuntimeError {
+  constructor(
+    message: string,
+    readonly reason: CheckpointBlockReason,
+    /** The processes and paths found; empty when the runtime could not tell. */
+    readonly blockers: readonly CheckpointBlocker[],
+    details?: string,
+  ) {
+    super(message, details);
+  }
+}
+
 /** The driver lacks the capability the call needs. */
 export class UnsupportedError extends Error {
   override readonly name = 'UnsupportedError';
