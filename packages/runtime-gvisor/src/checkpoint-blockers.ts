@@ -1,4 +1,4 @@
-import { type CheckpointBlocker, CheckpointBlockedError } from '@burrow/runtime';
+import { CheckpointBlockedError, type CheckpointBlocker } from '@burrow/runtime';
 import { tail } from './run-command.js';
 import type { RunscCli } from './runsc-cli.js';
 
@@ -68,7 +68,7 @@ export async function explainBlockers(runsc: RunscCli, sandboxId: string, error:
 const SCAN_SCRIPT = [
   `while read -r _ m t _; do printf 'M\\t%s\\t%s\\n' "$m" "$t"; done < /proc/self/mounts`,
   'for p in /proc/[0-9]*; do',
-  '  n=${p#/proc/}; [ "$n" = "$$" ] && continue',
+  '  n=$(basename "$p"); [ "$n" = "$$" ] && continue',
   `  c=$(tr '\\0' ' ' < "$p/cmdline" 2>/dev/null | cut -c1-200)`,
   '  for l in "$p/cwd" "$p"/fd/*; do',
   '    t=$(readlink "$l" 2>/dev/null) || continue',

@@ -26,9 +26,9 @@ import {
 } from '@burrow/runtime';
 import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
 import { AgentHub, AgentStartError } from './agent-hub.js';
+import { explainBlockers, HostSocketOpenError } from './checkpoint-blockers.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { ensureGuestIdentity } from './guest-identity-files.js';
-import { explainBlockers, HostSocketOpenError } from './checkpoint-blockers.js';
 import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import {
   cgroupChildren,

@@ -45,6 +45,7 @@ export {
   BurrowError,
   type BurrowErrorCode,
   type BurrowErrorInit,
+  CheckpointBlockedError,
   CheckpointRejectedError,
   ClientErrorCode,
   CommandNotFoundError,

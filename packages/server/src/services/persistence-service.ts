@@ -9,6 +9,8 @@ import type {
 } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
 import {
+  CheckpointBlockedError,
+  type CheckpointBlockReason,
   type CheckpointInfo,
   CheckpointRejectedError,
   type CreateOptions,
@@ -68,12 +70,31 @@ export function toSnapshot(r: SnapshotRecord): Snapshot {
   };
 }
 
+/** What to do about a checkpoint the sandbox's own state blocks, by reason. */
+const CHECKPOINT_BLOCKED_HINTS: Record<CheckpointBlockReason, string> = {
+  deleted_file_open:
+    'a process named in details.blockers keeps a deleted file open or works in a deleted directory outside /tmp; ' +
+    'let it close the file or leave the directory (or end it), or keep temporary files in /tmp (TMPDIR=/tmp), ' +
+    'then retry; the sandbox keeps running meanwhile',
+  host_socket_open:
+    'a process in the sandbox holds a connection to a host socket (such as the exec agent socket); end that ' +
+    'connection, then retry; the sandbox keeps running meanwhile',
+};
+
 /** Turn a driver failure into an API error with a stable code. */
 export function runtimeFailure(what: string, error: unknown): ApiError {
   if (error instanceof ApiError) return error;
   if (error instanceof CheckpointRejectedError) {
     return new ApiError(ErrorCode.checkpointRejected, `${what}: ${error.message}`, {
       hint: 'the saved state is damaged or from another runtime version; it was not restored and is kept as it is',
+      cause: error,
+    });
+  }
+  if (error instanceof CheckpointBlockedError) {
+    const code = error.reason === 'deleted_file_open' ? ErrorCode.deletedFileOpen : ErrorCode.hostSocketOpen;
+    return new ApiError(code, `${what}: ${error.message}`, {
+      hint: CHECKPOINT_BLOCKED_HINTS[error.reason],
+      details: { blockers: error.blockers },
       cause: error,
     });
   }
@@ -175,7 +196,7 @@ export class PersistenceService {
 
   /**
    * Pause under the id's lock: `pausing` → checkpoint → `paused`. A failed checkpoint leaves the sandbox running.
-   * @throws ApiError `runtime_error`
+   * @throws ApiError `deleted_file_open`, `host_socket_open` (its processes block the checkpoint), `runtime_error`
    */
   async pauseUnderLock(record: SandboxRecord): Promise<SandboxRecord> {
     const rowStartedMs = performance.now();
