@@ -54,9 +54,8 @@ export async function explainBlockers(runsc: RunscCli, sandboxId: string, error:
     .run(['exec', '--cap', 'CAP_SYS_PTRACE', sandboxId, '/bin/sh', '-c', SCAN_SCRIPT], { timeoutMs: 10_000 })
     .catch(() => null);
   if (result === null || result.exitCode !== 0) return error;
-  const found = parseScan(result.stdout);
-  const named = found.filter((b) => b.path.endsWith(`/${name}`));
-  const blockers = named.length > 0 ? named : found;
+  // Every one found blocks a checkpoint, not only the one gVisor's panic named (the first it met).
+  const blockers = parseScan(result.stdout);
   if (blockers.length === 0) return error;
   return new DeletedFileOpenError(deletedMessage(sandboxId, blockers, name), 'deleted_file_open', blockers, name);
 }
