@@ -117,7 +117,9 @@ describe('checkpoints of sandboxes holding deleted files (real runsc)', { timeou
       { pid, command: 'python3 /root/script.py', path: '/root/gone-dir' },
       { pid, command: 'python3 /root/script.py', path: '/root/gone.txt' },
     ]);
-    expect(blocked.message).toMatch(new RegExp(`process ${pid} \\(python3 /root/script.py\\) holds the deleted /root/`));
+    expect(blocked.message).toMatch(
+      new RegExp(`process ${pid} \\(python3 /root/script.py\\) holds the deleted /root/`),
+    );
     // Still running, still counting; once the holder ends, the pause succeeds.
     const count = Number(await countAbove(id, 0));
     await countAbove(id, count + 3);
