@@ -1,4 +1,4 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Resources } from '@burrow/contract';
@@ -140,8 +140,6 @@ describe('checkpoints of sandboxes holding deleted files (real runsc)', { timeou
     expect((await sh(id, 'rm /tmp/big && echo alive')).stdout).toBe('alive');
     // The files of /tmp are the sandbox's own: the host's view of its disk does not have them.
     await sh(id, 'echo inside > /tmp/only-inside');
-    await expect(
-      import('node:fs/promises').then((fs) => fs.stat(join(driver.rootDir(id), 'tmp/only-inside'))),
-    ).rejects.toThrow(/ENOENT/);
+    await expect(stat(join(driver.rootDir(id), 'tmp/only-inside'))).rejects.toThrow(/ENOENT/);
   });
 });

@@ -142,7 +142,8 @@ export interface RuntimeDriver extends PersistenceVerbs {
   exec(sandboxId: string, options: ExecOptions): Promise<SandboxProcess>;
   /**
    * Host path of the sandbox's root filesystem while it exists. File calls resolve paths beneath it with
-   * {@link SandboxFs}, never by joining strings.
+   * {@link SandboxFs}, never by joining strings. It does not show `/tmp`: that is a tmpfs in the sandbox's memory
+   * (docs/adr/0005), and the directory of that name here is the disk's, hidden inside.
    */
   rootDir(sandboxId: string): string;
   /** What the host sees of the sandbox now. */
