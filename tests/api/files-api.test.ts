@@ -165,12 +165,21 @@ describe('files', () => {
     expect(inside.body).toBe('inside');
     const write = await h.burrow.app.inject({
       method: 'PUT',
-      url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/tmp/planted')}`,
+      url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/planted')}`,
       headers: { ...h.admin, 'content-type': 'application/octet-stream' },
       payload: Buffer.from('x'),
     });
     expect(write.statusCode, write.body).toBe(200);
-    expect(write.json().path).toBe('/tmp/planted');
+    expect(write.json().path).toBe('/planted');
+    // /tmp is the sandbox's tmpfs, out of the files API's reach: refused with a hint, never written to the disk's /tmp.
+    const toTmp = await h.burrow.app.inject({
+      method: 'PUT',
+      url: `/v1/sandboxes/${id}/files/content?path=${q('/root/escape/tmp/planted')}`,
+      headers: { ...h.admin, 'content-type': 'application/octet-stream' },
+      payload: Buffer.from('x'),
+    });
+    expectError(toTmp, 400, 'invalid_path');
+    expect(toTmp.json().error.message).toContain('/root or /var/tmp');
   });
 
   test('uploads need octet-stream; modes are validated; other tenants and unknown ids get 404', async () => {

@@ -86,6 +86,43 @@ describe('lifecycle policies over the real GvisorDriver', () => {
     for (const s of [idle, foreground, background]) await call('DELETE', `/sandboxes/${s.id}`);
   });
 
+  test('a pause blocked by a deleted open file: 409 naming process and path; the idle policy records pause_failed once and backs off', async () => {
+    const sbx = await create({ idleTimeoutMs: 1500, timeoutMs: null });
+    const holder =
+      'import os, time\nf = open("/root/gone.txt", "w+")\nos.unlink("/root/gone.txt")\nwhile True: time.sleep(1)\n';
+    // Started detached: a running command would keep the sandbox busy, never idle.
+    const started = await call('POST', `/sandboxes/${sbx.id}/exec`, {
+      cmd: `echo ${Buffer.from(holder).toString('base64')} | base64 -d > /root/h.py && (setsid python3 /root/h.py </dev/null >/dev/null 2>&1 &)`,
+      timeoutMs: 20_000,
+    });
+    expect(started.statusCode, started.body).toBe(200);
+    const failed = async () => (await events(sbx.id)).filter((e) => e.type === 'pause_failed');
+    expect(await waitFor(async () => (await failed()).length > 0, 30_000)).toBe(true);
+    const [event] = await failed();
+    expect(event).toMatchObject({ actor: 'system:reconciler', reason: 'IdleTimeout' });
+    expect(event?.data).toMatchObject({
+      policy: 'idle',
+      cause: 'deleted_file_open',
+      details: { blockers: [{ command: 'python3 /root/h.py', path: '/root/gone.txt' }] },
+    });
+    expect(event?.message).toMatch(/holds the deleted \/root\/gone.txt/);
+    // Backed off: no retry (and no second event) within seconds; the sandbox runs on.
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(await failed()).toHaveLength(1);
+    expect(await state(sbx.id)).toBe('running');
+    const pause = await call('POST', `/sandboxes/${sbx.id}/pause`);
+    expect(pause.statusCode, pause.body).toBe(409);
+    const { error } = pause.json() as { error: { code: string; message: string; hint: string; details: unknown } };
+    expect(error.code).toBe('deleted_file_open');
+    expect(error.message).toMatch(/process \d+ \(python3 \/root\/h.py\) holds the deleted \/root\/gone.txt/);
+    expect(error.hint).toMatch(/details.blockers/);
+    expect(error.details).toEqual({
+      blockers: [{ pid: expect.any(Number), command: 'python3 /root/h.py', path: '/root/gone.txt' }],
+    });
+    expect(await state(sbx.id)).toBe('running');
+    await call('DELETE', `/sandboxes/${sbx.id}`);
+  });
+
   test('an expired sandbox is deleted only after its warning event, at least the warning time later', async () => {
     const sbx = await create({ timeoutMs: 2000 });
     expect(await waitFor(async () => (await state(sbx.id)) === 'gone', 30_000)).toBe(true);

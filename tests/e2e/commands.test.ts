@@ -162,7 +162,7 @@ describe('PTY', () => {
   it('a resize sends SIGWINCH to the program itself and to the foreground job of a shell', async () => {
     // Counts SIGWINCH; on a line of input prints the count and the size it sees, then exits.
     await sandbox.files.write(
-      '/tmp/winch.py',
+      '/root/winch.py',
       [
         'import shutil, signal, sys',
         'count = 0',
@@ -193,11 +193,11 @@ describe('PTY', () => {
       return text;
     };
     // The PTY's own program (the session leader).
-    const direct = await sandbox.pty.create({ cols: 80, rows: 24, cmd: ['python3', '/tmp/winch.py'] });
+    const direct = await sandbox.pty.create({ cols: 80, rows: 24, cmd: ['python3', '/root/winch.py'] });
     expect(await resizeAndRead(direct, '\n')).toContain('winch=2 size=91x21');
     // A job of an interactive shell: its own process group, put in the foreground by bash (job control).
     const shell = await sandbox.pty.create({ cols: 80, rows: 24, cmd: ['/bin/bash', '--norc', '-i'] });
-    await sandbox.pty.sendInput(shell.commandId, 'python3 /tmp/winch.py; exit\n');
+    await sandbox.pty.sendInput(shell.commandId, 'python3 /root/winch.py; exit\n');
     expect(await resizeAndRead(shell, '\n')).toContain('winch=2 size=91x21');
   });
 });

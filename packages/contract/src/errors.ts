@@ -62,10 +62,16 @@ export const ErrorCode = {
   /** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
   checkpointRejected: 'checkpoint_rejected',
   /**
-   * The sandbox cannot be checkpointed (pause, fork, snapshot with memory) in its present state: a process in it
-   * holds something no restore could give back; the message names the process. The sandbox keeps running.
+   * A pause, fork or memory snapshot is refused: a process in the sandbox keeps a deleted file open or works in a
+   * deleted directory outside `/tmp`, which the runtime cannot save. `details.blockers` name the process and path;
+   * the sandbox keeps running.
    */
-  pauseBlocked: 'pause_blocked',
+  deletedFileOpen: 'deleted_file_open',
+  /**
+   * A pause, fork or memory snapshot is refused: a process in the sandbox holds a connection to a host socket, which
+   * the runtime cannot save; the sandbox keeps running.
+   */
+  hostSocketOpen: 'host_socket_open',
   /** The runtime lacks the capability this call needs (for example `checkpoint`). */
   unsupported: 'unsupported',
   /** The sandbox is quarantined: exec, writes, commands, fork, reset and delete need an admin key until it is released. */
@@ -116,7 +122,8 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   snapshot_not_found: 404,
   snapshot_exists: 409,
   checkpoint_rejected: 422,
-  pause_blocked: 409,
+  deleted_file_open: 409,
+  host_socket_open: 409,
   unsupported: 501,
   sandbox_quarantined: 409,
   quota_exceeded: 429,

@@ -81,6 +81,7 @@ export type KeepaliveRequest = z.input<typeof KeepaliveRequestSchema>;
 export const EventTypeSchema = z.enum([
   'created',
   'paused',
+  'pause_failed',
   'resumed',
   'forked',
   'stopped',

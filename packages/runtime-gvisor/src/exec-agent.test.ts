@@ -7,7 +7,7 @@ import type { TemplateRef } from '@burrow/runtime';
 import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeWaitStatus } from './agent-hub.js';
-import { HostSocketOpenError } from './gvisor-checkpoint.js';
+import { HostSocketOpenError } from './checkpoint-blockers.js';
 import { type DriverLogger, GvisorDriver } from './gvisor-driver.js';
 import { buildTemplate } from './template-builder.js';
 

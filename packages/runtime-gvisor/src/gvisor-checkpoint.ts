@@ -14,6 +14,7 @@ import {
   type SpawnOptions,
 } from '@burrow/runtime';
 import { AGENT_GUEST_BINARY } from './agent-binary.js';
+import { checkpointRefusal } from './checkpoint-blockers.js';
 import {
   allocatedBytes,
   type CheckpointManifest,
@@ -34,13 +35,6 @@ import type { RunscCli } from './runsc-cli.js';
 
 /** Undo steps of a half-done operation, run in reverse. */
 type UndoList = Array<() => Promise<void>>;
-
-/**
- * A checkpoint failed because a process in the sandbox holds a connection to a host Unix socket: gVisor cannot
- * save one. The sandbox keeps running. The exec agent's own connections are dropped before every checkpoint, so
- * this is a race with the agent reconnecting or a sandbox process that connected to the agent's socket itself.
- */
-export class HostSocketOpenError extends RuntimeError {}
 
 /** What the checkpointer needs from the driver. */
 export interface CheckpointHost {
@@ -891,6 +885,7 @@ export class GvisorCheckpointer {
    * killed ~90 ms into a pause; the pause answered ok and every resume failed "stopped right after restore").
    * @param sentryPid the sandbox's sentry (runsc `state` pid), to find its gofer
    * @throws HostSocketOpenError when a process in the sandbox holds a host socket (gVisor saves no host fd)
+   * @throws DeletedFileOpenError when a process holds a deleted disk file or works in a deleted directory
    * @throws RuntimeError when the gofer is gone, and for any other failure
    */
   private async runscCheckpoint(sandboxId: string, imageDir: string, sentryPid: number): Promise<void> {
@@ -907,14 +902,8 @@ export class GvisorCheckpointer {
       }
       return;
     }
-    // gVisor's save panics on the endpoint of a host Unix socket connection ("SCMConnectedEndpoint"), measured.
-    if (result.stderr.includes('SCMConnectedEndpoint')) {
-      throw new HostSocketOpenError(
-        `checkpoint of ${sandboxId} failed: a process in it holds a connection to a host socket (such as ` +
-          '/.burrow-agent/agent.sock), which gVisor cannot save; it keeps running. End that connection and retry',
-        tail(result.stderr, 10),
-      );
-    }
+    const refusal = checkpointRefusal(sandboxId, result.stderr);
+    if (refusal !== null) throw refusal;
     throw new RuntimeError(`checkpoint of ${sandboxId} failed; it keeps running`, tail(result.stderr, 10));
   }
 

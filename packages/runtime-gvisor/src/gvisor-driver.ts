@@ -26,10 +26,11 @@ import {
 } from '@burrow/runtime';
 import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
 import { AgentHub, AgentStartError } from './agent-hub.js';
+import { explainBlockers, HostSocketOpenError } from './checkpoint-blockers.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { ExecExitReasons } from './exec-exit-reason.js';
 import { ensureGuestIdentity } from './guest-identity-files.js';
-import { GvisorCheckpointer, HostSocketOpenError, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
+import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
 import { assertNoHostFds, clearRunscExecMark, markRunscExec } from './host-fd-scan.js';
 import {
   cgroupChildren,
@@ -52,7 +53,7 @@ import {
   unmountAll,
 } from './host-plumbing.js';
 import { ImageEncryption, type ImageKey } from './image-encryption.js';
-import { buildOciSpec } from './oci-spec.js';
+import { buildOciSpec, TMP_MEMORY_SHARE } from './oci-spec.js';
 import { abortError, tail } from './run-command.js';
 import { type GvisorPlatform, RunscCli } from './runsc-cli.js';
 import { startSandboxProcess } from './sandbox-process.js';
@@ -288,7 +289,8 @@ export class GvisorDriver implements RuntimeDriver {
       try {
         return await step();
       } catch (error) {
-        if (!(error instanceof HostSocketOpenError)) throw error;
+        // The sandbox runs again after a refused checkpoint: say which process holds what.
+        if (!(error instanceof HostSocketOpenError)) throw await explainBlockers(this.runsc, sandboxId, error);
         // A connection the agent opened as the listener closed can still be on its way down: once more, later.
         this.logger?.warn({ sandboxId }, 'checkpoint found an open host socket; retrying once');
         await new Promise((resolve) => setTimeout(resolve, HOST_SOCKET_RETRY_DELAY_MS));
@@ -780,6 +782,7 @@ export class GvisorDriver implements RuntimeDriver {
         mergedDir: paths.rootfs,
       });
     }
+    // The mount point of /tmp's tmpfs (the disk's own /tmp is not seen inside).
     await mkdir(join(paths.rootfs, 'tmp'), { recursive: true });
     await chmod(join(paths.rootfs, 'tmp'), 0o1777);
     const hasTini = await fileExists(join(options.template.rootfsDir, 'usr/bin/tini'));
@@ -787,9 +790,11 @@ export class GvisorDriver implements RuntimeDriver {
       rootPath: paths.rootfs,
       hostname: options.hostname,
       args: hasTini ? ['/usr/bin/tini', '-s', '--', ...SPAWNER_ARGV] : SPAWNER_ARGV,
-      // The sentry-internal tmpfs on /tmp would be invisible to the host: bind the overlay's own /tmp.
+      // Deleted-but-open files are saved by a checkpoint only on gVisor's own tmpfs (docs/adr/0005).
+      tmpfs: [
+        { destination: '/tmp', sizeMiB: Math.max(1, Math.floor(options.resources.memoryMiB * TMP_MEMORY_SHARE)) },
+      ],
       mounts: [
-        { source: join(paths.rootfs, 'tmp'), destination: '/tmp', readonly: false },
         // The exec agent and its host socket (docs/adr/0003); read-only: the sandbox can connect, not tamper.
         { source: paths.agentDir, destination: AGENT_GUEST_DIR, readonly: true },
       ],

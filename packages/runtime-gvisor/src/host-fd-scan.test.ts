@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Resources } from '@burrow/contract';
-import { RuntimeError, type TemplateRef } from '@burrow/runtime';
+import { CheckpointBlockedError, type TemplateRef } from '@burrow/runtime';
 import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { GvisorDriver } from './gvisor-driver.js';
@@ -136,11 +136,13 @@ describe('checkpoints never save a host descriptor (real runsc)', { timeout: 600
     await sh(driver, id, 'sleep 3600 >/dev/null 2>&1 & echo $! > /root/quiet.pid');
 
     const error = await pauseError(driver, id);
-    expect(error).toBeInstanceOf(RuntimeError);
-    expect((error as RuntimeError).code).toBe('pause_blocked');
-    const heldPid = await sh(driver, id, 'cat /root/held.pid');
-    expect((error as RuntimeError).message).toContain(`pid ${heldPid} (sleep`);
-    expect((error as RuntimeError).message).not.toContain(`pid ${await sh(driver, id, 'cat /root/quiet.pid')} (`);
+    expect(error).toBeInstanceOf(CheckpointBlockedError);
+    const blocked = error as CheckpointBlockedError;
+    expect(blocked.reason).toBe('host_socket_open');
+    const heldPid = Number(await sh(driver, id, 'cat /root/held.pid'));
+    expect(blocked.message).toContain(`pid ${heldPid} (sleep`);
+    expect(new Set(blocked.blockers.map((b) => b.pid))).toEqual(new Set([heldPid]));
+    expect(blocked.blockers.map((b) => b.command)).toContain('sleep');
     expect((await driver.observe(id)).status).toBe('running');
     expect(await sh(driver, id, 'echo still-here')).toBe('still-here');
     const child = testSandboxId();
@@ -150,7 +152,7 @@ describe('checkpoints never save a host descriptor (real runsc)', { timeout: 600
         () => null,
         (e: unknown) => e,
       );
-    expect((forkError as RuntimeError | null)?.code).toBe('pause_blocked');
+    expect((forkError as CheckpointBlockedError | null)?.reason).toBe('host_socket_open');
     created.push([driver, child]);
 
     await sh(driver, id, 'kill "$(cat /root/held.pid)"');

@@ -1,7 +1,7 @@
 import { rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ErrorCode } from '@burrow/contract';
-import { RuntimeError } from '@burrow/runtime';
+import type { CheckpointBlocker } from '@burrow/runtime';
+import { HostSocketOpenError } from './checkpoint-blockers.js';
 import type { RunscCli } from './runsc-cli.js';
 
 /**
@@ -105,22 +105,21 @@ export function parseHostFdReport(report: string): HostFdHolder[] {
  * (the mark of {@link markRunscExec}), list the processes holding host descriptors and throw if there is any. A
  * sandbox without the mark is not scanned: its processes came from the init and the exec agent, which hand out no
  * host descriptor. A clean scan clears the mark.
- * @throws RuntimeError with code `pause_blocked` naming each process, its command and descriptors, or when the scan
- *   itself cannot run (the image could not be verified)
+ * @throws HostSocketOpenError naming each process, its command and descriptors (`details.blockers` on the API), or
+ *   with no blocker named when the scan itself cannot run (the image could not be verified)
  */
 export async function assertNoHostFds(runsc: RunscCli, sandboxId: string, sandboxDir: string): Promise<void> {
   if ((await stat(join(sandboxDir, MARKER)).catch(() => null)) === null) return;
   const result = await runsc.run(['exec', sandboxId, '/bin/sh', '-c', SCAN_SCRIPT], { timeoutMs: 30_000 });
   const report = result.stdout.toString();
   if (result.exitCode !== 0 || !report.includes('end-of-fds')) {
-    throw new RuntimeError(
-      `${sandboxId} cannot be checkpointed: a command ran in it outside the exec agent, and checking that none of ` +
-        `its processes still holds the command's host output failed (exit ${result.exitCode ?? result.signal})`,
+    throw new HostSocketOpenError(
+      `checkpoint of ${sandboxId} refused: a command ran in it outside the exec agent, and checking that none of ` +
+        `its processes still holds that command's output failed (exit ${result.exitCode ?? result.signal}); it ` +
+        'keeps running. Stop and start it (its files are kept) to clear this',
+      'host_socket_open',
+      [],
       result.stderr.toString(),
-      {
-        code: ErrorCode.pauseBlocked,
-        hint: 'the sandbox keeps running; stop and start it (files are kept) to clear this',
-      },
     );
   }
   const holders = parseHostFdReport(report);
@@ -128,16 +127,15 @@ export async function assertNoHostFds(runsc: RunscCli, sandboxId: string, sandbo
     await clearRunscExecMark(sandboxDir);
     return;
   }
+  const blockers: CheckpointBlocker[] = holders.flatMap((h) =>
+    h.fds.map((fd) => ({ pid: h.pid, command: h.command || null, path: `fd ${fd}` })),
+  );
   const named = holders.map((h) => `pid ${h.pid} (${h.command || '?'}: fd ${h.fds.join(', ')})`).join('; ');
-  throw new RuntimeError(
-    `${sandboxId} cannot be checkpointed: ${named} still hold the output of a command that ran outside the exec ` +
-      'agent, which a restore cannot give back',
-    undefined,
-    {
-      code: ErrorCode.pauseBlocked,
-      hint:
-        'the sandbox keeps running; end those processes, or start long-running ones with their output redirected ' +
-        '(cmd >/dev/null 2>&1 &) or as background commands, then pause again',
-    },
+  throw new HostSocketOpenError(
+    `checkpoint of ${sandboxId} refused: ${named} still hold the output of a command that ran outside the exec ` +
+      'agent, which no restore can give back; it keeps running. End those processes, or start long-running ones ' +
+      'as background commands or with their output redirected (cmd >/dev/null 2>&1 &), and retry',
+    'host_socket_open',
+    blockers,
   );
 }

@@ -1,4 +1,5 @@
-export { HostSocketOpenError, RESTORE_BUFFERED_MAX_BYTES, restoreReadFlags } from './gvisor-checkpoint.js';
+export { DeletedFileOpenError, HostSocketOpenError } from './checkpoint-blockers.js';
+export { RESTORE_BUFFERED_MAX_BYTES, restoreReadFlags } from './gvisor-checkpoint.js';
 export { type DriverLogger, GvisorDriver, type GvisorDriverOptions } from './gvisor-driver.js';
 export {
   IMAGE_CIPHER_FORMAT,

@@ -22,6 +22,12 @@ export const CPU_PERIOD_US = 100_000;
 /** Default PATH inside sandboxes. */
 export const SANDBOX_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
+/**
+ * Share of the sandbox's memory its `/tmp` tmpfs may fill (Debian 13's tmp.mount default): without a limit, 400 MB
+ * written to /tmp in a 256 MiB sandbox got the whole sandbox OOM-killed; with it the write fails with ENOSPC.
+ */
+export const TMP_MEMORY_SHARE = 0.5;
+
 /** A bind mount of a host path into the sandbox. */
 export interface BindMount {
   /** Absolute host path. */
@@ -60,6 +66,12 @@ export interface OciSpecInput {
   mounts?: BindMount[];
   /** Omitted for build sandboxes, which run without a cgroup of their own. */
   limits?: SpecLimits;
+  /**
+   * Paths inside the sandbox that get a tmpfs of gVisor's own (mode 1777, in the sandbox's memory, at most
+   * `sizeMiB`: a write past it fails with ENOSPC): files there are saved in a checkpoint image even when deleted
+   * while open, and the host never sees them. @default none
+   */
+  tmpfs?: Array<{ destination: string; sizeMiB: number }>;
   /** OCI `annotations`: Burrow's own facts about the container (runsc ignores keys it does not know). */
   annotations?: Record<string, string>;
 }
@@ -89,6 +101,12 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
       { destination: '/proc', type: 'proc', source: 'proc' },
       { destination: '/dev', type: 'tmpfs', source: 'tmpfs' },
       { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+      ...(input.tmpfs ?? []).map((mount) => ({
+        destination: mount.destination,
+        type: 'tmpfs',
+        source: 'tmpfs',
+        options: ['nosuid', 'nodev', 'mode=1777', `size=${mount.sizeMiB}m`],
+      })),
       ...(input.mounts ?? []).map((mount) => ({
         destination: mount.destination,
         type: 'bind',

@@ -208,19 +208,23 @@ export function runDriverConformance(name: string, makeDriver: () => Promise<Con
       expect(result.stderr.toString()).toContain('no-such-program-here');
     });
 
-    it('shares files with the host in both directions, /tmp included', async () => {
+    it('shares files with the host in both directions, except /tmp (private to the sandbox)', async () => {
       const root = subject.driver.rootDir(shared);
-      for (const dir of ['/root', '/tmp']) {
-        const name = `${dir}/host-${randomBytes(4).toString('hex')}`;
-        // The sandbox looks the name up first, so a cached negative lookup would hide the later host write.
-        expect((await run(shared, ['cat', name])).exitCode).not.toBe(0);
-        await writeFile(join(root, name), 'from host\n');
-        expect((await run(shared, ['cat', name])).stdout.toString()).toBe('from host\n');
-        await writeFile(join(root, name), 'changed on host\n');
-        expect((await run(shared, ['cat', name])).stdout.toString()).toBe('changed on host\n');
-        expect((await run(shared, ['sh', '-c', `echo from sandbox > ${name}.s`])).exitCode).toBe(0);
-        expect(await readFile(join(root, `${name}.s`), 'utf8')).toBe('from sandbox\n');
-      }
+      const name = `/root/host-${randomBytes(4).toString('hex')}`;
+      // The sandbox looks the name up first, so a cached negative lookup would hide the later host write.
+      expect((await run(shared, ['cat', name])).exitCode).not.toBe(0);
+      await writeFile(join(root, name), 'from host\n');
+      expect((await run(shared, ['cat', name])).stdout.toString()).toBe('from host\n');
+      await writeFile(join(root, name), 'changed on host\n');
+      expect((await run(shared, ['cat', name])).stdout.toString()).toBe('changed on host\n');
+      expect((await run(shared, ['sh', '-c', `echo from sandbox > ${name}.s`])).exitCode).toBe(0);
+      expect(await readFile(join(root, `${name}.s`), 'utf8')).toBe('from sandbox\n');
+      // /tmp is a tmpfs inside the sandbox (docs/adr/0005): neither side sees the other's files there.
+      const inTmp = `/tmp/host-${randomBytes(4).toString('hex')}`;
+      await writeFile(join(root, inTmp), 'from host\n');
+      expect((await run(shared, ['cat', inTmp])).exitCode).not.toBe(0);
+      expect((await run(shared, ['sh', '-c', `echo from sandbox > ${inTmp}.s`])).exitCode).toBe(0);
+      await expect(readFile(join(root, `${inTmp}.s`), 'utf8')).rejects.toThrow(/ENOENT/);
     });
 
     it('kills a process over the memory limit, keeps the sandbox and reports OOMKilled', async () => {

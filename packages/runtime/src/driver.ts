@@ -144,7 +144,8 @@ export interface RuntimeDriver extends PersistenceVerbs {
   exec(sandboxId: string, options: ExecOptions): Promise<SandboxProcess>;
   /**
    * Host path of the sandbox's root filesystem while it exists. File calls resolve paths beneath it with
-   * {@link SandboxFs}, never by joining strings.
+   * {@link SandboxFs}, never by joining strings. It does not show `/tmp`: that is a tmpfs in the sandbox's memory
+   * (docs/adr/0005), and the directory of that name here is the disk's, hidden inside.
    */
   rootDir(sandboxId: string): string;
   /** What the host sees of the sandbox now. */
@@ -287,21 +288,47 @@ export class CheckpointRejectedError extends Error {
 
 /**
  * A runtime step failed. `details` carries the runtime's own output for the log. `code` is set when the failure
- * is the caller's mistake or the sandbox's state (for example a cwd that does not exist: `invalid_request`; a
- * process a checkpoint cannot save: `pause_blocked`), so the API can answer 4xx; `hint` then says what to do.
+ * is the caller's mistake (for example a cwd that does not exist: `invalid_request`), so the API can answer 4xx.
  */
 export class RuntimeError extends Error {
   override readonly name = 'RuntimeError';
   readonly code: ErrorCode | undefined;
-  readonly hint: string | undefined;
   constructor(
     message: string,
     readonly details?: string,
-    options?: { cause?: unknown; code?: ErrorCode; hint?: string },
+    options?: { cause?: unknown; code?: ErrorCode },
   ) {
     super(message, options);
     this.code = options?.code;
-    this.hint = options?.hint;
+  }
+}
+
+/** Why a sandbox cannot be checkpointed now: something in it that the runtime cannot save. */
+export type CheckpointBlockReason = 'deleted_file_open' | 'host_socket_open';
+
+/** A process in the sandbox that keeps it from being checkpointed, and what it holds. */
+export interface CheckpointBlocker {
+  /** Process id inside the sandbox, or null when the runtime could not tell which process. */
+  pid: number | null;
+  /** Its command line (at most 200 characters), or null when unknown. */
+  command: string | null;
+  /** The path it holds: a deleted file it keeps open, its deleted working directory, or a host socket. */
+  path: string;
+}
+
+/**
+ * A pause, fork or memory snapshot is refused because of the sandbox's own state (a process holds something the
+ * runtime cannot save); the sandbox keeps running unchanged. Retrying helps only once that process lets go.
+ */
+export class CheckpointBlockedError extends RuntimeError {
+  constructor(
+    message: string,
+    readonly reason: CheckpointBlockReason,
+    /** The processes and paths found; empty when the runtime could not tell. */
+    readonly blockers: readonly CheckpointBlocker[],
+    details?: string,
+  ) {
+    super(message, details);
   }
 }
 

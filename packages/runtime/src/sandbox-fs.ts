@@ -345,6 +345,14 @@ export class SandboxFs {
           if (stack.length > 1) stack.pop();
           continue;
         }
+        if (stack.length === 1 && name === 'tmp') {
+          throw new FsError(
+            'invalid_path',
+            `/tmp in a sandbox is its private scratch space in memory (so that temporary files that programs keep ` +
+              `open survive a pause), not on its disk, so the files API cannot reach ${path}; use a directory on ` +
+              'the disk such as /root or /var/tmp, or read and write /tmp with a command (exec)',
+          );
+        }
         if (stack.length === 1 && VIRTUAL_ROOT_DIRS.has(name)) {
           throw new FsError(
             'invalid_path',
@@ -408,7 +416,8 @@ export function at(r: Resolved): string {
 
 /**
  * Top-level directories that gVisor serves from its own kernel inside a sandbox (procfs, sysfs, its /dev tmpfs):
- * what the host's copy of the root holds there is never what the sandbox sees, so files calls refuse them.
+ * what the host's copy of the root holds there is never what the sandbox sees, so files calls refuse them, and
+ * `/tmp` likewise (the sandbox's own tmpfs, docs/adr/0005).
  */
 const VIRTUAL_ROOT_DIRS: ReadonlySet<string> = new Set(['proc', 'sys', 'dev']);
 

@@ -117,10 +117,12 @@ export class SnapshotNotFoundError extends BurrowError {}
 /** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
 export class CheckpointRejectedError extends BurrowError {}
 /**
- * The sandbox cannot be checkpointed (pause, fork, snapshot with memory) in its present state (`pause_blocked`,
- * HTTP 409): the message names the process in the way; the sandbox keeps running.
+ * A pause, fork or memory snapshot is refused by the sandbox's own state, which the runtime cannot save
+ * (`deleted_file_open`: a process keeps a deleted file open or works in a deleted directory outside /tmp;
+ * `host_socket_open`: a process holds a host socket; HTTP 409). `details.blockers` name the process and path; the
+ * sandbox keeps running.
  */
-export class PauseBlockedError extends BurrowError {}
+export class CheckpointBlockedError extends BurrowError {}
 /** The server's runtime cannot do this (for example pause without checkpoint support). */
 export class UnsupportedError extends BurrowError {}
 /** A tenant quota would be exceeded (`quota_exceeded`, HTTP 429); `details` says which limit; see `quota()`. */
@@ -167,7 +169,8 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   snapshot_not_found: SnapshotNotFoundError,
   snapshot_exists: ConflictError,
   checkpoint_rejected: CheckpointRejectedError,
-  pause_blocked: PauseBlockedError,
+  deleted_file_open: CheckpointBlockedError,
+  host_socket_open: CheckpointBlockedError,
   unsupported: UnsupportedError,
   quota_exceeded: QuotaExceededError,
   webhook_not_found: WebhookNotFoundError,

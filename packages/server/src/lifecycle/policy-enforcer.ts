@@ -1,4 +1,4 @@
-import type { Condition } from '@burrow/contract';
+import { type Condition, ErrorCode } from '@burrow/contract';
 import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { BlobStore } from '../services/blob-store.js';
@@ -6,6 +6,7 @@ import type { EventService } from '../services/event-service.js';
 import type { SandboxService } from '../services/sandbox-service.js';
 import { type SandboxRecord, type SandboxStore, withConditions } from '../store/sandbox-store.js';
 import type { SnapshotStore } from '../store/snapshot-store.js';
+import { ApiError } from '../util/api-error.js';
 import { type Clock, isoNow } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { ActivityTracker } from './activity-tracker.js';
@@ -15,6 +16,15 @@ import { type Deadline, decidePolicyStep, type PolicyStep, snapshotRetentionStep
 
 /** Longest wait for the background-command probe before an idle pause, ms (then the sandbox counts as busy). */
 const BUSY_PROBE_TIMEOUT_MS = 5000;
+
+/**
+ * Shortest wait before a policy pause refused by the sandbox's own state (a process holds a deleted file or a host
+ * socket, `deleted_file_open` / `host_socket_open`) is tried again, ms: that state rarely clears within seconds.
+ */
+export const BLOCKED_PAUSE_RETRY_MS = 60_000;
+
+/** Longest wait between retries of a failed policy step, ms. */
+const MAX_RETRY_MS = 300_000;
 
 /** Reason codes of policy actions, recorded on events and conditions. */
 export const POLICY_REASONS: Record<Deadline['reason'], string> = {
@@ -41,7 +51,10 @@ export interface PolicyEnforcerDeps {
   warningMs: number;
   /** Whether a background command runs in the sandbox (a running command is never idle). */
   busyProbe?: (record: SandboxRecord) => Promise<boolean>;
-  /** First retry delay after a failed action; doubles per failure, capped at 5 minutes. @default 1000 */
+  /**
+   * First retry delay after a failed action, ms; doubles per failure, capped at 5 minutes. A pause the sandbox's own
+   * state refuses waits at least {@link BLOCKED_PAUSE_RETRY_MS}. @default 1000
+   */
   retryBaseMs?: number;
 }
 
@@ -65,7 +78,8 @@ export interface PolicyReport {
 export class PolicyEnforcer {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<PolicyReport> | null = null;
-  private readonly backoff = new Map<string, { failures: number; notBeforeMs: number }>();
+  /** Failed steps by sandbox: how many in a row, when to try again, and the error code of the last (its cause). */
+  private readonly backoff = new Map<string, { failures: number; notBeforeMs: number; cause: string }>();
 
   constructor(private readonly deps: PolicyEnforcerDeps) {}
 
@@ -131,7 +145,10 @@ export class PolicyEnforcer {
       if (held !== undefined && held.notBeforeMs > clock.nowMs()) continue;
       const { step } = this.decide(row);
       logger.debug({ sandboxId: row.id, step }, 'policy step');
-      if (step.type === 'none') continue;
+      if (step.type === 'none') {
+        this.backoff.delete(row.id);
+        continue;
+      }
       if (step.type === 'act' && step.deadline.reason === 'idle' && (await this.busy(row))) {
         this.deps.activity.touch(row.id);
         continue;
@@ -144,14 +161,25 @@ export class PolicyEnforcer {
         this.backoff.delete(row.id);
       } catch (error) {
         const failures = (held?.failures ?? 0) + 1;
-        const delayMs = Math.min((this.deps.retryBaseMs ?? 1000) * 2 ** (failures - 1), 300_000);
-        this.backoff.set(row.id, { failures, notBeforeMs: clock.nowMs() + delayMs });
+        const cause = error instanceof ApiError ? error.code : ErrorCode.internal;
+        const blocked = cause === ErrorCode.deletedFileOpen || cause === ErrorCode.hostSocketOpen;
+        const delayMs = Math.min(
+          Math.max((this.deps.retryBaseMs ?? 1000) * 2 ** (failures - 1), blocked ? BLOCKED_PAUSE_RETRY_MS : 0),
+          MAX_RETRY_MS,
+        );
+        this.backoff.set(row.id, { failures, notBeforeMs: clock.nowMs() + delayMs, cause });
         report.failures.push({ id: row.id, message: (error as Error).message });
         logger.warn(
           { err: error, sandboxId: row.id, step: step.type, failures, retryInMs: delayMs },
           'policy step failed',
         );
         await this.markFailed(row.id, step, error).catch(() => undefined);
+        // One event per run of failures with the same cause: the retries after it are in the log.
+        if (step.type === 'act' && step.deadline.action === 'pause' && held?.cause !== cause) {
+          await this.recordPauseFailed(row, step.deadline, error, cause, delayMs).catch((e: unknown) =>
+            logger.warn({ err: e, sandboxId: row.id }, 'recording pause_failed failed'),
+          );
+        }
       }
     }
     await this.expireSnapshots(rows, report);
@@ -264,6 +292,32 @@ export class PolicyEnforcer {
     );
     if (stopped === null) throw new Error('the row changed during the stop');
     return stopped;
+  }
+
+  /** The `pause_failed` event of a policy pause that failed with `error` (an {@link ApiError} code as `cause`). */
+  private async recordPauseFailed(
+    row: SandboxRecord,
+    deadline: Deadline,
+    error: unknown,
+    cause: string,
+    retryInMs: number,
+  ): Promise<void> {
+    const retryAt = new Date(this.deps.clock.nowMs() + retryInMs).toISOString();
+    await this.deps.actors.run({ actor: SYSTEM_RECONCILER, reason: POLICY_REASONS[deadline.reason] }, () =>
+      this.deps.events.record({
+        tenantId: row.tenantId,
+        type: 'pause_failed',
+        sandboxId: row.id,
+        message: `the ${deadline.reason} policy could not pause sandbox ${row.id} (it keeps running; retried at ${retryAt} at the earliest): ${(error as Error).message}`,
+        data: {
+          policy: deadline.reason,
+          cause,
+          retryAt,
+          ...(error instanceof ApiError && error.hint !== undefined ? { hint: error.hint } : {}),
+          ...(error instanceof ApiError && error.details !== undefined ? { details: error.details } : {}),
+        },
+      }),
+    );
   }
 
   private async markFailed(id: string, step: PolicyStep, error: unknown): Promise<void> {

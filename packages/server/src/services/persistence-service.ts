@@ -9,12 +9,13 @@ import type {
 } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
 import {
+  CheckpointBlockedError,
+  type CheckpointBlockReason,
   type CheckpointInfo,
   CheckpointRejectedError,
   type CreateOptions,
   crashPoint,
   type RuntimeDriver,
-  RuntimeError,
   UnsupportedError,
 } from '@burrow/runtime';
 import type { Logger } from 'pino';
@@ -76,6 +77,19 @@ export function toSnapshot(r: SnapshotRecord): Snapshot {
   };
 }
 
+/** What to do about a checkpoint the sandbox's own state blocks, by reason. */
+const CHECKPOINT_BLOCKED_HINTS: Record<CheckpointBlockReason, string> = {
+  deleted_file_open:
+    'a process named in details.blockers keeps a deleted file open or works in a deleted directory outside /tmp; ' +
+    'let it close the file or leave the directory (or end it), or keep temporary files in /tmp (TMPDIR=/tmp), ' +
+    'then retry; the sandbox keeps running meanwhile',
+  host_socket_open:
+    'a process named in details.blockers (or, when none is named, some process in the sandbox) holds a host ' +
+    'socket: a connection to the exec agent socket, or the output of a command that ran outside the exec agent; ' +
+    'end that process or connection (start long-running processes as background commands, or with their output ' +
+    'redirected: cmd >/dev/null 2>&1 &), then retry; the sandbox keeps running meanwhile',
+};
+
 /** Turn a driver failure into an API error with a stable code. */
 export function runtimeFailure(what: string, error: unknown): ApiError {
   if (error instanceof ApiError) return error;
@@ -87,9 +101,11 @@ export function runtimeFailure(what: string, error: unknown): ApiError {
       cause: error,
     });
   }
-  if (error instanceof RuntimeError && error.code !== undefined) {
-    return new ApiError(error.code, `${what}: ${error.message}`, {
-      ...(error.hint === undefined ? {} : { hint: error.hint }),
+  if (error instanceof CheckpointBlockedError) {
+    const code = error.reason === 'deleted_file_open' ? ErrorCode.deletedFileOpen : ErrorCode.hostSocketOpen;
+    return new ApiError(code, `${what}: ${error.message}`, {
+      hint: CHECKPOINT_BLOCKED_HINTS[error.reason],
+      details: { blockers: error.blockers },
       cause: error,
     });
   }
@@ -191,7 +207,7 @@ export class PersistenceService {
 
   /**
    * Pause under the id's lock: `pausing` → checkpoint → `paused`. A failed checkpoint leaves the sandbox running.
-   * @throws ApiError `runtime_error`
+   * @throws ApiError `deleted_file_open`, `host_socket_open` (its processes block the checkpoint), `runtime_error`
    */
   async pauseUnderLock(record: SandboxRecord): Promise<SandboxRecord> {
     const rowStartedMs = performance.now();
