@@ -236,7 +236,16 @@ export class AgentHub {
     return true;
   }
 
-  /** How long the sandbox's listener has been open in ms, or null when there is none. */
+  /**
+   * Count {@link listeningForMs} from now: the container just started or was restored, and its agent starts
+   * connecting only from here (a restore under load can take seconds after the listener opened).
+   */
+  containerStarted(sandboxId: string): void {
+    const endpoint = this.endpoints.get(sandboxId);
+    if (endpoint) endpoint.listenedAtMs = Date.now();
+  }
+
+  /** How long the sandbox's listener has been open in ms (or since its container started), or null when none. */
   listeningForMs(sandboxId: string): number | null {
     const endpoint = this.endpoints.get(sandboxId);
     return endpoint ? Date.now() - endpoint.listenedAtMs : null;

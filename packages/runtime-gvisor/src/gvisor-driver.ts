@@ -96,6 +96,12 @@ const BOOT_CPU_COUNT = availableParallelism();
 const HOST_SOCKET_RETRY_DELAY_MS = 250;
 /** How long after a start or resume a missing agent is still expected to connect, in ms. */
 const AGENT_START_GRACE_MS = 3_000;
+/**
+ * How long an exec waits for the agent of a container that just started, was restored or checkpointed, counted
+ * from that moment, in ms. Generous: on a loaded host (load 15 on 2 cores) the agent took over 3 s to connect, and
+ * the alternative, `runsc exec`, can make the sandbox's next checkpoint impossible (host-fd-scan.ts).
+ */
+const AGENT_EXEC_WAIT_MS = 10_000;
 /** How long an exec waits for an agent to find a listener that was just opened (server restart), in ms. */
 const AGENT_RECONNECT_WAIT_MS = 400;
 
@@ -329,8 +335,8 @@ export class GvisorDriver implements RuntimeDriver {
 
   /**
    * The agent's control connection for an exec, or null: then exec falls back to `runsc exec`. An agent still
-   * connecting after a start, resume, fork or checkpoint is waited for until {@link AGENT_START_GRACE_MS} after
-   * its listener opened; after a server restart the listener is opened here and the agent, which retries every
+   * connecting after a start, resume, fork or checkpoint is waited for until {@link AGENT_EXEC_WAIT_MS} after
+   * its container started (or its listener opened again after a checkpoint); after a server restart the listener is opened here and the agent, which retries every
    * 100 ms, is waited for briefly. A sandbox whose agent does not come (made before it existed) is logged once.
    */
   private async agentControl(sandboxId: string): Promise<Socket | null> {
@@ -341,10 +347,10 @@ export class GvisorDriver implements RuntimeDriver {
     if (listeningForMs === null) {
       if (!(await this.listenForAgent(sandboxId).catch(() => false))) return null;
       control = await this.agents.control(sandboxId, AGENT_RECONNECT_WAIT_MS);
-    } else if (listeningForMs < AGENT_START_GRACE_MS) {
+    } else if (listeningForMs < AGENT_EXEC_WAIT_MS) {
       // Just created, resumed or forked: the agent connects within ~100-300 ms. Waiting for it costs about what a
       // `runsc exec` costs, and a `runsc exec` hands the command host descriptors that block the next checkpoint.
-      control = await this.agents.control(sandboxId, AGENT_START_GRACE_MS - listeningForMs);
+      control = await this.agents.control(sandboxId, AGENT_EXEC_WAIT_MS - listeningForMs);
     }
     if (control === null && !this.agentAbsent.has(sandboxId)) {
       this.agentAbsent.add(sandboxId);
@@ -717,6 +723,7 @@ export class GvisorDriver implements RuntimeDriver {
    * @throws RuntimeError when the CPU limit cannot be set (the caller undoes the start)
    */
   private async afterStart(sandboxId: string, sentryPid: number, cpuCount: number): Promise<void> {
+    this.agents.containerStarted(sandboxId);
     await setCpuQuota(this.cgroupRoot, this.cgroupParent, sandboxId, cpuCount);
     await openCpuset(this.cgroupRoot, this.cgroupParent, sandboxId);
     // A new container: no process in it holds a `runsc exec`'s descriptors.
