@@ -1,4 +1,4 @@
-import { ErrorCode } from '@burrow/contract';
+import { ErrorCode } from '@burrow/contract/wire';
 
 /**
  * Codes the SDK itself raises, next to the server's {@link ErrorCode}s. Like those, they are stable: branch on them.
