@@ -6,6 +6,8 @@ import type {
   HealthSchema,
   Template,
 } from '@burrow/contract';
+import type { z } from 'zod';
+import type { ConnectionOptions } from './connection-config.js';
 import {
   ApiKeyListParser,
   CreatedApiKeyParser,
@@ -14,9 +16,7 @@ import {
   TemplateBuildEventParser,
   TemplateListParser,
   TemplateParser,
-} from '@burrow/contract/wire';
-import type { z } from 'zod';
-import type { ConnectionOptions } from './connection-config.js';
+} from './contract-wire.js';
 import { ClientErrorCode, errorFromWire, ProtocolError, TemplateBuildError } from './errors.js';
 import { HttpClient, parseBody } from './http-client.js';
 import { Events, Quotas, Webhooks } from './lifecycle.js';

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { CommandClientFrame, CommandInfo } from '@burrow/contract';
-import { CommandInfoParser, CommandServerFrameParser, ExecChannel, INVALID } from '@burrow/contract/wire';
 import type WebSocket from 'ws';
+import { CommandInfoParser, CommandServerFrameParser, ExecChannel, INVALID } from './contract-wire.js';
 import { AbortedError, type BurrowError, ClientErrorCode, errorFromWire, ProtocolError } from './errors.js';
 import type { ExecSignal } from './exec-stream.js';
 import { connectionError, errorFromBody, type HttpClient } from './http-client.js';

@@ -1,11 +1,4 @@
 import type { CommandInfo, ExecRequest, StartCommandRequest } from '@burrow/contract';
-import {
-  CommandInfoParser,
-  CommandListParser,
-  ExecAnswerParser,
-  ExecResultParser,
-  INVALID,
-} from '@burrow/contract/wire';
 import { CommandHandle } from './command-handle.js';
 import {
   CommandExitError,
@@ -14,6 +7,7 @@ import {
   concatBytes,
   resultFromWire,
 } from './command-result.js';
+import { CommandInfoParser, CommandListParser, ExecAnswerParser, ExecResultParser, INVALID } from './contract-wire.js';
 import { BurrowError } from './errors.js';
 import { type ExecSignal, ExecStream } from './exec-stream.js';
 import type { HttpClient } from './http-client.js';

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { ExecClientFrame, ExecRequest, ExitInfo } from '@burrow/contract';
-import { ExecChannel, ExecServerFrameParser, INVALID } from '@burrow/contract/wire';
 import type WebSocket from 'ws';
+import { ExecChannel, ExecServerFrameParser, INVALID } from './contract-wire.js';
 import { AbortedError, type BurrowError, ClientErrorCode, errorFromWire, ProtocolError } from './errors.js';
 import { connectionError, errorFromBody, type HttpClient } from './http-client.js';
 import { webSocketClass } from './ws-loader.js';

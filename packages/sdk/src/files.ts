@@ -6,7 +6,7 @@ import {
   FileInfoParser,
   FileListParser,
   FileWatchEventParser,
-} from '@burrow/contract/wire';
+} from './contract-wire.js';
 import { FileNotFoundError } from './errors.js';
 import { type HttpClient, parseStrict } from './http-client.js';
 import { SseParser } from './sse-parser.js';

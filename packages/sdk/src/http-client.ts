@@ -1,5 +1,5 @@
-import { ErrorEnvelopeParser, INVALID, type WireParser } from '@burrow/contract/wire';
 import { type ConnectionOptions, type ResolvedConnection, resolveConnection } from './connection-config.js';
+import { ErrorEnvelopeParser, INVALID, type WireParser } from './contract-wire.js';
 import { AbortedError, BurrowError, ClientErrorCode, ConnectionError, errorFromWire, ProtocolError } from './errors.js';
 import { type FileDownloadOutcome, getIntoFile, LocalFileFailure } from './node-file-download.js';
 

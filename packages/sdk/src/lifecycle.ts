@@ -7,14 +7,8 @@ import type {
   QuotaLimits,
   Webhook,
 } from '@burrow/contract';
-import {
-  CreatedWebhookParser,
-  EventListParser,
-  EventParser,
-  QuotaParser,
-  WebhookListParser,
-} from '@burrow/contract/wire';
 import type { z } from 'zod';
+import { CreatedWebhookParser, EventListParser, EventParser, QuotaParser, WebhookListParser } from './contract-wire.js';
 import { ClientErrorCode, ProtocolError } from './errors.js';
 import { type HttpClient, parseStrict } from './http-client.js';
 import { SseParser } from './sse-parser.js';

@@ -6,14 +6,14 @@ import type {
   SandboxState,
   UpdateSandboxRequest,
 } from '@burrow/contract';
+import { Commands, Pty } from './commands.js';
+import { type ConnectionOptions, splitConnection } from './connection-config.js';
 import {
   ForkSandboxResponseParser,
   SandboxInspectionParser,
   SandboxListParser,
   SandboxParser,
-} from '@burrow/contract/wire';
-import { Commands, Pty } from './commands.js';
-import { type ConnectionOptions, splitConnection } from './connection-config.js';
+} from './contract-wire.js';
 import { Files } from './files.js';
 import { HttpClient } from './http-client.js';
 import { Snapshots } from './snapshots.js';

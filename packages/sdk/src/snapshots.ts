@@ -1,6 +1,6 @@
 import type { Snapshot } from '@burrow/contract';
-import { SnapshotListParser, SnapshotParser } from '@burrow/contract/wire';
 import type { ConnectionOptions } from './connection-config.js';
+import { SnapshotListParser, SnapshotParser } from './contract-wire.js';
 import { HttpClient } from './http-client.js';
 
 /** Options of {@link Snapshots.create}. */

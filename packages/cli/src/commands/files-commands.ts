@@ -1,12 +1,26 @@
-import { createReadStream } from 'node:fs';
-import { mkdir, stat } from 'node:fs/promises';
-import { Readable, type Writable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import type { Writable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { Command } from 'commander';
 import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 
 type JsonOption = GlobalOptions & { json?: boolean };
+
+/** Node's fs and stream modules, loaded by the transfer commands only: importing them costs CPU at every start. */
+async function loadNodeStreams() {
+  const [fs, fsPromises, stream, streamPromises] = await Promise.all([
+    import('node:fs'),
+    import('node:fs/promises'),
+    import('node:stream'),
+    import('node:stream/promises'),
+  ]);
+  return {
+    createReadStream: fs.createReadStream,
+    mkdir: fsPromises.mkdir,
+    stat: fsPromises.stat,
+    Readable: stream.Readable,
+    pipeline: streamPromises.pipeline,
+  };
+}
 
 /** Registers `burrow files put|get|ls|rm|chmod|watch`. */
 export function registerFilesCommands(program: Command, context: CliContext): void {
@@ -22,6 +36,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .argument('<remote>', 'absolute path in the sandbox (for a directory: the directory to fill)')
     .option('--json', 'print the result as JSON')
     .action(async (id: string, local: string, remote: string, _options: unknown, command: Command) => {
+      const { createReadStream, stat, Readable } = await loadNodeStreams();
       const { ByteProgress } = await import('../byte-progress.js');
       const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<JsonOption>();
@@ -54,6 +69,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .argument('<remote>', 'absolute path in the sandbox')
     .argument('[local]', 'local file or directory, or - for stdout')
     .action(async (id: string, remote: string, local: string | undefined, _options: unknown, command: Command) => {
+      const { mkdir, Readable, pipeline } = await loadNodeStreams();
       const { ByteProgress } = await import('../byte-progress.js');
       const { Sandbox } = await loadSdk();
       const sandbox = await Sandbox.get(id, connectionFor(context, command.optsWithGlobals<GlobalOptions>()));
