@@ -4,7 +4,7 @@
  *
  * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`,
  * `--creates N` (time-to-first-command samples per variant; default 100, 5 with --quick), `--pool N` (warm pool size
- * during the warm samples; default 4), `--only start,core,exec,files,persistence` (a subset; not written to
+ * during the warm samples; default 4), `--only start,core,cli,exec,files,persistence` (a subset; not written to
  * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200),
  * `--results-dir DIR` (write the result JSON there instead of bench/results, and leave docs/performance.md alone:
  * the CI smoke test `tests/e2e/bench-quick.test.ts` uses it).
@@ -21,6 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { buildTemplate } from '@burrow/runtime-gvisor';
 import { Sandbox } from '@burrow/sdk';
 import { loadConfig, setup, startServer } from '@burrow/server';
+import { benchCli } from './cli-bench.js';
 import { benchDensity, type DensityResult } from './density-bench.js';
 import { benchImageEncryption } from './encryption-bench.js';
 import { benchExec } from './exec-bench.js';
@@ -90,6 +91,7 @@ async function main(): Promise<void> {
         rows.push(...start.rows);
       }
       if (wants('core')) rows.push(...(await benchCore(conn, raw)));
+      if (wants('cli')) rows.push(...(await benchCli(conn, { iterations, repo, log })));
       if (wants('exec')) rows.push(...(await benchExec(conn, raw, { iterations, log, driver: server.burrow.driver })));
       if (wants('files'))
         rows.push(

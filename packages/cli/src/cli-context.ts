@@ -51,3 +51,11 @@ export function formatTable(header: readonly string[], rows: readonly (readonly 
       .trimEnd();
   return `${[line(header), ...rows.map(line)].join('\n')}\n`;
 }
+
+/**
+ * The SDK, loaded by the action that uses it, so that `burrow --version`, `--help` and usage errors start
+ * without it.
+ */
+export function loadSdk(): Promise<typeof import('@burrow/sdk')> {
+  return import('@burrow/sdk');
+}

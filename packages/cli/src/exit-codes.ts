@@ -1,7 +1,7 @@
 import { constants } from 'node:os';
-import { ERROR_HTTP_STATUS } from '@burrow/contract';
+import { ERROR_HTTP_STATUS } from '@burrow/contract/error-codes';
 import type { ExitInfo } from '@burrow/sdk';
-import { BurrowError } from '@burrow/sdk';
+import { BurrowError } from '@burrow/sdk/errors';
 import { CommanderError } from 'commander';
 
 /** Exit codes of `burrow` (besides `burrow exec`, which exits with the remote command's code). */

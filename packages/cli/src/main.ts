@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { BurrowError } from '@burrow/sdk';
+import { BurrowError } from '@burrow/sdk/errors';
 import { CommanderError } from 'commander';
 import { ExitCode, exitCodeForError, UsageError } from './exit-codes.js';
 import { buildProgram, type ProgramContext } from './program.js';

@@ -1,5 +1,8 @@
 import { z } from 'zod';
 import { EnvSchema, InstantSchema, NameSchema, SandboxIdSchema } from './common.js';
+import { EVENT_TYPES } from './event-types.js';
+
+export { EVENT_TYPES } from './event-types.js';
 
 /** Longest policy duration: 30 days in ms. */
 export const MAX_POLICY_MS = 2_592_000_000;
@@ -77,23 +80,8 @@ export const KeepaliveRequestSchema = z
   .meta({ id: 'KeepaliveRequest' });
 export type KeepaliveRequest = z.input<typeof KeepaliveRequestSchema>;
 
-/** Kinds of lifecycle event. */
-export const EventTypeSchema = z.enum([
-  'created',
-  'paused',
-  'pause_failed',
-  'resumed',
-  'forked',
-  'stopped',
-  'started',
-  'deleted',
-  'expired',
-  'error',
-  'quota_denied',
-  'warning',
-  'snapshot_created',
-  'snapshot_deleted',
-]);
+/** Kinds of lifecycle event ({@link EVENT_TYPES}). */
+export const EventTypeSchema = z.enum(EVENT_TYPES);
 export type EventType = z.infer<typeof EventTypeSchema>;
 
 /** One recorded transition. `id` is a decimal sequence number: later events have larger ids. */

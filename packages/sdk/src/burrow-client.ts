@@ -1,17 +1,22 @@
-import {
-  type ApiKey,
-  ApiKeyListSchema,
-  type BuildTemplateRequest,
-  type CreateApiKeyRequest,
+import type {
+  ApiKey,
+  BuildTemplateRequest,
+  CreateApiKeyRequest,
   CreatedApiKeySchema,
   HealthSchema,
-  type Template,
-  TemplateBuildEventSchema,
-  TemplateListSchema,
-  TemplateSchema,
+  Template,
 } from '@burrow/contract';
 import type { z } from 'zod';
 import type { ConnectionOptions } from './connection-config.js';
+import {
+  ApiKeyListParser,
+  CreatedApiKeyParser,
+  HealthParser,
+  INVALID,
+  TemplateBuildEventParser,
+  TemplateListParser,
+  TemplateParser,
+} from './contract-wire.js';
 import { ClientErrorCode, errorFromWire, ProtocolError, TemplateBuildError } from './errors.js';
 import { HttpClient, parseBody } from './http-client.js';
 import { Events, Quotas, Webhooks } from './lifecycle.js';
@@ -55,7 +60,7 @@ export class Templates {
    * ```
    */
   async list(): Promise<Template[]> {
-    return (await this.#http.json(TemplateListSchema, 'GET', '/templates')).items;
+    return (await this.#http.json(TemplateListParser, 'GET', '/templates')).items;
   }
 
   /**
@@ -67,7 +72,7 @@ export class Templates {
    * ```
    */
   async get(name: string): Promise<Template> {
-    return this.#http.json(TemplateSchema, 'GET', `/templates/${encodeURIComponent(name)}`);
+    return this.#http.json(TemplateParser, 'GET', `/templates/${encodeURIComponent(name)}`);
   }
 
   /**
@@ -89,7 +94,7 @@ export class Templates {
     });
     const contentType = response.headers.get('content-type') ?? '';
     if (!contentType.includes('text/event-stream')) {
-      return parseBody(TemplateSchema, await response.json(), response);
+      return await parseBody(TemplateParser, await response.json(), response);
     }
     if (response.body === null) throw protocolError('the build stream has no body');
     const parser = new SseParser();
@@ -131,18 +136,18 @@ function handleBuildEvent(data: string, options: BuildTemplateOptions): Template
   } catch (err) {
     throw protocolError(`unparseable build event: ${data.slice(0, 200)}`, err);
   }
-  const event = TemplateBuildEventSchema.safeParse(json);
-  if (!event.success) throw protocolError(`unexpected build event: ${data.slice(0, 200)}`, event.error);
-  switch (event.data.type) {
+  const event = TemplateBuildEventParser.parse(json);
+  if (event === INVALID) throw protocolError(`unexpected build event: ${data.slice(0, 200)}`);
+  switch (event.type) {
     case 'log':
-      options.onLog?.(event.data.line);
+      options.onLog?.(event.line);
       return undefined;
     case 'done':
-      return event.data.template;
+      return event.template;
     case 'error': {
-      const error = errorFromWire({ code: event.data.code, message: event.data.message }, 0);
-      if (error instanceof TemplateBuildError || event.data.code !== 'internal_error') throw error;
-      throw new TemplateBuildError(event.data.message, { code: 'template_build_failed', cause: error });
+      const error = errorFromWire({ code: event.code, message: event.message }, 0);
+      if (error instanceof TemplateBuildError || event.code !== 'internal_error') throw error;
+      throw new TemplateBuildError(event.message, { code: 'template_build_failed', cause: error });
     }
   }
 }
@@ -176,7 +181,7 @@ export class Keys {
    * ```
    */
   async create(request: CreateApiKeyRequest): Promise<CreatedApiKey> {
-    return this.#http.json(CreatedApiKeySchema, 'POST', '/keys', { json: request });
+    return this.#http.json(CreatedApiKeyParser, 'POST', '/keys', { json: request });
   }
 
   /**
@@ -187,7 +192,7 @@ export class Keys {
    * ```
    */
   async list(): Promise<ApiKey[]> {
-    return (await this.#http.json(ApiKeyListSchema, 'GET', '/keys')).items;
+    return (await this.#http.json(ApiKeyListParser, 'GET', '/keys')).items;
   }
 
   /**
@@ -253,6 +258,6 @@ export class BurrowClient {
    * ```
    */
   async health(): Promise<Health> {
-    return this.#http.json(HealthSchema, 'GET', '/health');
+    return this.#http.json(HealthParser, 'GET', '/health');
   }
 }

@@ -1,15 +1,11 @@
 import type { IncomingMessage } from 'node:http';
-import {
-  type CommandClientFrame,
-  type CommandInfo,
-  CommandInfoSchema,
-  CommandServerFrameSchema,
-  ExecChannel,
-} from '@burrow/contract';
-import WebSocket from 'ws';
+import type { CommandClientFrame, CommandInfo } from '@burrow/contract';
+import type WebSocket from 'ws';
+import { CommandInfoParser, CommandServerFrameParser, ExecChannel, INVALID } from './contract-wire.js';
 import { AbortedError, type BurrowError, ClientErrorCode, errorFromWire, ProtocolError } from './errors.js';
 import type { ExecSignal } from './exec-stream.js';
 import { connectionError, errorFromBody, type HttpClient } from './http-client.js';
+import { webSocketClass } from './ws-loader.js';
 
 /**
  * One frame of an attached command: output with the offset just after it (pass it to `connect` to resume there),
@@ -66,7 +62,7 @@ export class CommandHandle implements AsyncIterable<CommandEvent> {
 
   /** The command's current info. @throws `CommandNotFoundError`, `SandboxNotRunningError`, `ConnectionError` */
   info(): Promise<CommandInfo> {
-    return this.#http.json(CommandInfoSchema, 'GET', this.#base);
+    return this.#http.json(CommandInfoParser, 'GET', this.#base);
   }
 
   /**
@@ -78,7 +74,7 @@ export class CommandHandle implements AsyncIterable<CommandEvent> {
     const deadline = options.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.timeoutMs;
     while (true) {
       const left = Math.max(0, Math.min(deadline - Date.now(), 30_000));
-      const info = await this.#http.json(CommandInfoSchema, 'GET', `${this.#base}/wait`, {
+      const info = await this.#http.json(CommandInfoParser, 'GET', `${this.#base}/wait`, {
         query: { timeoutMs: Math.round(left) },
         signal: options.signal,
       });
@@ -91,7 +87,7 @@ export class CommandHandle implements AsyncIterable<CommandEvent> {
    * @param signal @default 'SIGKILL'
    */
   kill(signal: ExecSignal = 'SIGKILL'): Promise<CommandInfo> {
-    return this.#http.json(CommandInfoSchema, 'POST', `${this.#base}/kill`, { json: { signal } });
+    return this.#http.json(CommandInfoParser, 'POST', `${this.#base}/kill`, { json: { signal } });
   }
 
   /** Writes bytes (or UTF-8 text) to the command's stdin (a PTY's input). @throws `ConflictError` once it ended */
@@ -142,7 +138,7 @@ export class AttachStream implements AsyncIterable<CommandEvent> {
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     url.searchParams.set('offset', String(options.offset ?? 0));
     url.searchParams.set('follow', String(options.follow ?? true));
-    this.#socket = new WebSocket(url, { headers: http.authHeaders() });
+    this.#socket = new (webSocketClass())(url, { headers: http.authHeaders() });
     this.#socket.on('open', () => {
       this.#open = true;
       for (const frame of this.#queued.splice(0)) this.#socket.send(frame);
@@ -227,7 +223,7 @@ export class AttachStream implements AsyncIterable<CommandEvent> {
   }
 
   #sendFrame(frame: Buffer | string): void {
-    if (this.#open && this.#socket.readyState === WebSocket.OPEN) this.#socket.send(frame);
+    if (this.#open && this.#socket.readyState === this.#socket.OPEN) this.#socket.send(frame);
     else if (!this.#open) this.#queued.push(frame);
   }
 
@@ -246,8 +242,8 @@ export class AttachStream implements AsyncIterable<CommandEvent> {
     } catch {
       json = undefined;
     }
-    const parsed = CommandServerFrameSchema.safeParse(json);
-    if (!parsed.success) {
+    const frame = CommandServerFrameParser.parse(json);
+    if (frame === INVALID) {
       this.#fail(
         new ProtocolError(`unexpected attach frame: ${data.toString('utf8').slice(0, 200)}`, {
           code: ClientErrorCode.protocolError,
@@ -255,7 +251,6 @@ export class AttachStream implements AsyncIterable<CommandEvent> {
       );
       return;
     }
-    const frame = parsed.data;
     if (frame.type === 'attached') {
       this.#offset = frame.offset;
       this.droppedBytes = frame.droppedBytes;

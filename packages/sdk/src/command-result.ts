@@ -1,4 +1,5 @@
-import { ErrorCode, type ExecResult, type ExitInfo } from '@burrow/contract';
+import type { ExecResult, ExitInfo } from '@burrow/contract';
+import { ErrorCode } from './contract-wire.js';
 import { BurrowError, ClientErrorCode, ProtocolError } from './errors.js';
 
 /** How a command ended and what it printed. Output is kept as bytes and as UTF-8 text. */

@@ -1,12 +1,4 @@
-import {
-  type CommandInfo,
-  CommandInfoSchema,
-  CommandListSchema,
-  type ExecRequest,
-  ExecResultSchema,
-  type StartCommandRequest,
-} from '@burrow/contract';
-import { z } from 'zod';
+import type { CommandInfo, ExecRequest, StartCommandRequest } from '@burrow/contract';
 import { CommandHandle } from './command-handle.js';
 import {
   CommandExitError,
@@ -15,6 +7,7 @@ import {
   concatBytes,
   resultFromWire,
 } from './command-result.js';
+import { CommandInfoParser, CommandListParser, ExecAnswerParser, ExecResultParser, INVALID } from './contract-wire.js';
 import { BurrowError } from './errors.js';
 import { type ExecSignal, ExecStream } from './exec-stream.js';
 import type { HttpClient } from './http-client.js';
@@ -129,7 +122,7 @@ export class Commands {
    * ```
    */
   async list(): Promise<CommandInfo[]> {
-    const list = await this.#http.json(CommandListSchema, 'GET', `${this.#base()}/commands`);
+    const list = await this.#http.json(CommandListParser, 'GET', `${this.#base()}/commands`);
     return list.commands;
   }
 
@@ -144,7 +137,7 @@ export class Commands {
    */
   async connect(commandId: string, options: { offset?: number } = {}): Promise<CommandHandle> {
     const info = await this.#http.json(
-      CommandInfoSchema,
+      CommandInfoParser,
       'GET',
       `${this.#base()}/commands/${encodeURIComponent(commandId)}`,
     );
@@ -157,7 +150,7 @@ export class Commands {
    */
   async kill(commandId: string, signal: ExecSignal = 'SIGKILL'): Promise<CommandInfo> {
     return this.#http.json(
-      CommandInfoSchema,
+      CommandInfoParser,
       'POST',
       `${this.#base()}/commands/${encodeURIComponent(commandId)}/kill`,
       {
@@ -179,7 +172,7 @@ export class Commands {
       ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
       ...(options.pty === undefined ? {} : { pty: options.pty }),
     };
-    const info = await this.#http.json(CommandInfoSchema, 'POST', `${this.#base()}/commands`, { json: request });
+    const info = await this.#http.json(CommandInfoParser, 'POST', `${this.#base()}/commands`, { json: request });
     return new CommandHandle(this.#http, info);
   }
 
@@ -223,7 +216,7 @@ export class Commands {
     }
     try {
       const wire = await this.#http.json(
-        EXEC_ANSWER_SCHEMA,
+        ExecAnswerParser,
         'POST',
         `/sandboxes/${encodeURIComponent(this.#sandboxId)}/exec`,
         {
@@ -288,30 +281,25 @@ function execRequest(
   };
 }
 
-/**
- * The exec answer as the SDK checks it: the contract's shape, stdout and stderr as strings that
- * {@link resultFromWire} decodes strictly. `z.base64()` ran a regex and `atob` over the output: ~9 ms per MiB.
- */
-const EXEC_ANSWER_SCHEMA = ExecResultSchema.extend({ stdout: z.string(), stderr: z.string() });
-
 /** A server-side `exec_timeout` error (instead of a result with `timedOut`) still becomes a CommandTimeoutError. */
 function timeoutFromError(err: unknown, timeoutMs: number | undefined): unknown {
   if (!(err instanceof BurrowError) || err.code !== 'exec_timeout') return err;
-  const parsed = ExecResultSchema.safeParse(err.details);
-  const partial: CommandResult = parsed.success
-    ? resultFromWire(parsed.data)
-    : {
-        exitCode: null,
-        signal: 'SIGKILL',
-        timedOut: true,
-        reason: null,
-        durationMs: timeoutMs ?? 0,
-        truncated: false,
-        stdout: '',
-        stderr: '',
-        stdoutBytes: new Uint8Array(),
-        stderrBytes: new Uint8Array(),
-      };
+  const parsed = ExecResultParser.parse(err.details);
+  const partial: CommandResult =
+    parsed !== INVALID
+      ? resultFromWire(parsed)
+      : {
+          exitCode: null,
+          signal: 'SIGKILL',
+          timedOut: true,
+          reason: null,
+          durationMs: timeoutMs ?? 0,
+          truncated: false,
+          stdout: '',
+          stderr: '',
+          stdoutBytes: new Uint8Array(),
+          stderrBytes: new Uint8Array(),
+        };
   return new CommandTimeoutError(partial, timeoutMs, { requestId: err.requestId, cause: err });
 }
 

@@ -1,4 +1,4 @@
-import { ErrorCode } from '@burrow/contract';
+import { ErrorCode } from '@burrow/contract/error-codes';
 
 /**
  * Codes the SDK itself raises, next to the server's {@link ErrorCode}s. Like those, they are stable: branch on them.

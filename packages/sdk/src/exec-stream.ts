@@ -1,14 +1,10 @@
 import type { IncomingMessage } from 'node:http';
-import {
-  ExecChannel,
-  type ExecClientFrame,
-  type ExecRequest,
-  ExecServerFrameSchema,
-  type ExitInfo,
-} from '@burrow/contract';
-import WebSocket from 'ws';
+import type { ExecClientFrame, ExecRequest, ExitInfo } from '@burrow/contract';
+import type WebSocket from 'ws';
+import { ExecChannel, ExecServerFrameParser, INVALID } from './contract-wire.js';
 import { AbortedError, type BurrowError, ClientErrorCode, errorFromWire, ProtocolError } from './errors.js';
 import { connectionError, errorFromBody, type HttpClient } from './http-client.js';
+import { webSocketClass } from './ws-loader.js';
 
 /** A signal that can be sent to a running command. */
 export type ExecSignal = Extract<ExecClientFrame, { type: 'signal' }>['signal'];
@@ -82,7 +78,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
       this.writeStdin(options.stdin);
       this.closeStdin();
     }
-    this.#socket = new WebSocket(url, { headers: http.authHeaders() });
+    this.#socket = new (webSocketClass())(url, { headers: http.authHeaders() });
     this.#socket.on('open', () =>
       this.#send(
         JSON.stringify({ type: 'start', request, killOnDisconnect: options.killOnDisconnect ?? false } satisfies {
@@ -189,8 +185,8 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     } catch {
       json = undefined;
     }
-    const frame = ExecServerFrameSchema.safeParse(json);
-    if (!frame.success) {
+    const frame = ExecServerFrameParser.parse(json);
+    if (frame === INVALID) {
       this.#fail(
         new ProtocolError(`unexpected exec frame: ${data.toString('utf8').slice(0, 200)}`, {
           code: ClientErrorCode.protocolError,
@@ -198,20 +194,20 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
       );
       return;
     }
-    switch (frame.data.type) {
+    switch (frame.type) {
       case 'started':
         this.#state = 'started';
         this.#settleStarted();
         for (const pending of this.#pendingInput.splice(0)) this.#send(pending);
         return;
       case 'exit': {
-        const { type: _type, ...exit } = frame.data;
+        const { type: _type, ...exit } = frame;
         this.#push({ type: 'exit', ...exit });
         this.#finish();
         return;
       }
       case 'error':
-        this.#fail(errorFromWire(frame.data.error, 0));
+        this.#fail(errorFromWire(frame.error, 0));
         return;
     }
   }
@@ -222,7 +218,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
   }
 
   #send(frame: Buffer | string): void {
-    if (this.#socket.readyState === WebSocket.OPEN) this.#socket.send(frame);
+    if (this.#socket.readyState === this.#socket.OPEN) this.#socket.send(frame);
   }
 
   #push(event: ExecEvent): void {

@@ -1,16 +1,14 @@
+import type { ArchiveUploadResult, FileInfo, FileWatchEvent } from '@burrow/contract';
 import {
-  type ArchiveUploadResult,
-  ArchiveUploadResultSchema,
-  BatchWriteResponseSchema,
-  ExistsResponseSchema,
-  type FileInfo,
-  FileInfoSchema,
-  FileListSchema,
-  type FileWatchEvent,
-  FileWatchEventSchema,
-} from '@burrow/contract';
+  ArchiveUploadResultParser,
+  BatchWriteResponseParser,
+  ExistsResponseParser,
+  FileInfoParser,
+  FileListParser,
+  FileWatchEventParser,
+} from './contract-wire.js';
 import { FileNotFoundError } from './errors.js';
-import type { HttpClient } from './http-client.js';
+import { type HttpClient, parseStrict } from './http-client.js';
 import { SseParser } from './sse-parser.js';
 
 /** Read and write size of local files in {@link Files.writeFromFile} and {@link Files.readToFile}: 1 MiB. */
@@ -104,7 +102,7 @@ export class Files {
    */
   async write(path: string, data: FileData, options: WriteFileOptions = {}): Promise<FileInfo> {
     const body = typeof data === 'string' ? new TextEncoder().encode(data) : data;
-    return this.#http.json(FileInfoSchema, 'PUT', `${this.#base}/content`, {
+    return this.#http.json(FileInfoParser, 'PUT', `${this.#base}/content`, {
       query: { path, mode: (options.mode ?? 0o644).toString(8).padStart(3, '0') },
       body,
       signal: options.signal,
@@ -146,7 +144,7 @@ export class Files {
    * ```
    */
   async list(path: string, options: ListFilesOptions = {}): Promise<FileInfo[]> {
-    const list = await this.#http.json(FileListSchema, 'GET', this.#base, { query: { path, depth: options.depth } });
+    const list = await this.#http.json(FileListParser, 'GET', this.#base, { query: { path, depth: options.depth } });
     return list.items;
   }
 
@@ -159,7 +157,7 @@ export class Files {
    * ```
    */
   async stat(path: string): Promise<FileInfo> {
-    return this.#http.json(FileInfoSchema, 'GET', `${this.#base}/stat`, { query: { path } });
+    return this.#http.json(FileInfoParser, 'GET', `${this.#base}/stat`, { query: { path } });
   }
 
   /**
@@ -171,7 +169,7 @@ export class Files {
    * ```
    */
   async exists(path: string): Promise<boolean> {
-    const res = await this.#http.json(ExistsResponseSchema, 'GET', `${this.#base}/exists`, { query: { path } });
+    const res = await this.#http.json(ExistsResponseParser, 'GET', `${this.#base}/exists`, { query: { path } });
     return res.exists;
   }
 
@@ -185,7 +183,7 @@ export class Files {
    * ```
    */
   async mkdir(path: string): Promise<FileInfo> {
-    return this.#http.json(FileInfoSchema, 'POST', `${this.#base}/mkdir`, { json: { path } });
+    return this.#http.json(FileInfoParser, 'POST', `${this.#base}/mkdir`, { json: { path } });
   }
 
   /**
@@ -322,7 +320,7 @@ export class Files {
         mode: (f.mode ?? 0o644).toString(8).padStart(3, '0'),
       })),
     };
-    const res = await this.#http.json(BatchWriteResponseSchema, 'POST', `${this.#base}/batch`, { json: body });
+    const res = await this.#http.json(BatchWriteResponseParser, 'POST', `${this.#base}/batch`, { json: body });
     return res.items;
   }
 
@@ -342,7 +340,7 @@ export class Files {
     archive: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
     options: { signal?: AbortSignal | undefined } = {},
   ): Promise<ArchiveUploadResult> {
-    return this.#http.json(ArchiveUploadResultSchema, 'PUT', `${this.#base}/archive`, {
+    return this.#http.json(ArchiveUploadResultParser, 'PUT', `${this.#base}/archive`, {
       query: { path },
       body: archive,
       contentType: 'application/x-tar',
@@ -377,7 +375,7 @@ export class Files {
    * ```
    */
   async chmod(path: string, mode: number): Promise<FileInfo> {
-    return this.#http.json(FileInfoSchema, 'POST', `${this.#base}/chmod`, {
+    return this.#http.json(FileInfoParser, 'POST', `${this.#base}/chmod`, {
       json: { path, mode: mode.toString(8).padStart(3, '0') },
     });
   }
@@ -415,7 +413,7 @@ export class Files {
           });
           const texts = done ? parser.end() : parser.push(decoder.decode(value, { stream: true }));
           for (const text of texts) {
-            const event = FileWatchEventSchema.parse(JSON.parse(text));
+            const event = await parseStrict(FileWatchEventParser, JSON.parse(text));
             yield event;
             if (event.type === 'end') return;
           }

@@ -1,6 +1,5 @@
-import { ErrorEnvelopeSchema } from '@burrow/contract';
-import type { z } from 'zod';
 import { type ConnectionOptions, type ResolvedConnection, resolveConnection } from './connection-config.js';
+import { ErrorEnvelopeParser, INVALID, type WireParser } from './contract-wire.js';
 import { AbortedError, BurrowError, ClientErrorCode, ConnectionError, errorFromWire, ProtocolError } from './errors.js';
 import { type FileDownloadOutcome, getIntoFile, LocalFileFailure } from './node-file-download.js';
 
@@ -154,18 +153,13 @@ export class HttpClient {
   }
 
   /** Sends a request and parses the JSON response with a contract schema. */
-  async json<S extends z.ZodType>(
-    schema: S,
-    method: string,
-    path: string,
-    options: RequestOptions = {},
-  ): Promise<z.infer<S>> {
+  async json<T>(parser: WireParser<T>, method: string, path: string, options: RequestOptions = {}): Promise<T> {
     if (options.body === undefined && isNodeFetch(this.connection.fetch)) {
       const answer = await this.sendBuffered(method, path, options);
-      return parseBody(schema, parseJsonText(answer.text, answer.status), answer);
+      return parseBody(parser, parseJsonText(answer.text, answer.status), answer);
     }
     const response = await this.send(method, path, options);
-    return parseBody(schema, await readJson(response), response);
+    return parseBody(parser, await readJson(response), response);
   }
 
   /** Sends a request whose success response has no body (204). */
@@ -385,8 +379,8 @@ export function errorFromBody(text: string, status: number, requestId = ''): Bur
   } catch {
     parsed = undefined;
   }
-  const envelope = ErrorEnvelopeSchema.safeParse(parsed);
-  if (envelope.success) return errorFromWire(envelope.data.error, status);
+  const envelope = ErrorEnvelopeParser.parse(parsed);
+  if (envelope !== INVALID) return errorFromWire(envelope.error, status);
   const loose = looseError(parsed);
   if (loose !== undefined) return errorFromWire({ requestId, ...loose }, status);
   return new ProtocolError(`the server answered HTTP ${status} without an error envelope: ${text.slice(0, 200)}`, {
@@ -422,18 +416,36 @@ function parseJsonText(text: string, status: number): unknown {
   }
 }
 
-/** Validates a response body with a contract schema; a mismatch is a {@link ProtocolError}. */
-export function parseBody<S extends z.ZodType>(
-  schema: S,
+/**
+ * Validates a response body with its contract parser; a mismatch is a {@link ProtocolError}. Only a mismatch loads
+ * zod and the contract's schemas, for the message.
+ */
+export async function parseBody<T>(
+  parser: WireParser<T>,
   body: unknown,
   response?: { readonly status: number },
-): z.infer<S> {
-  const result = schema.safeParse(body);
-  if (result.success) return result.data;
-  throw new ProtocolError(`the server's response does not match the contract: ${result.error.message}`, {
+): Promise<T> {
+  const value = parser.parse(body);
+  if (value !== INVALID) return value;
+  const error = await schemaError(parser, body);
+  throw new ProtocolError(`the server's response does not match the contract: ${error.message}`, {
     code: ClientErrorCode.protocolError,
     status: response?.status ?? 0,
     hint: 'the SDK and the server are probably different versions',
-    cause: result.error,
+    cause: error,
   });
+}
+
+/** Parses a stream event with its contract parser; a mismatch throws the schema's `ZodError`, as `schema.parse`. */
+export async function parseStrict<T>(parser: WireParser<T>, body: unknown): Promise<T> {
+  const value = parser.parse(body);
+  if (value !== INVALID) return value;
+  throw await schemaError(parser, body);
+}
+
+/** The `ZodError` the parser's schema reports for a body its parser rejected. */
+async function schemaError(parser: WireParser<unknown>, body: unknown): Promise<Error> {
+  const contract: Record<string, unknown> = await import('@burrow/contract');
+  const schema = contract[parser.schemaName] as { safeParse(input: unknown): { error?: Error } };
+  return schema.safeParse(body).error ?? new Error(`${parser.schemaName} accepts what its parser rejects`);
 }

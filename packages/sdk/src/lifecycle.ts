@@ -1,19 +1,16 @@
-import {
+import type {
   CreatedWebhookSchema,
-  type CreateWebhookRequest,
-  type Event,
-  EventListSchema,
-  EventSchema,
-  type EventType,
-  type Quota,
-  type QuotaLimits,
-  QuotaSchema,
-  type Webhook,
-  WebhookListSchema,
+  CreateWebhookRequest,
+  Event,
+  EventType,
+  Quota,
+  QuotaLimits,
+  Webhook,
 } from '@burrow/contract';
 import type { z } from 'zod';
+import { CreatedWebhookParser, EventListParser, EventParser, QuotaParser, WebhookListParser } from './contract-wire.js';
 import { ClientErrorCode, ProtocolError } from './errors.js';
-import type { HttpClient } from './http-client.js';
+import { type HttpClient, parseStrict } from './http-client.js';
 import { SseParser } from './sse-parser.js';
 
 /** Filters of {@link Events.list} and {@link Events.stream}. */
@@ -68,7 +65,7 @@ export class Events {
    * ```
    */
   async list(options: ListEventsOptions = {}): Promise<{ items: Event[]; nextCursor: string | null }> {
-    return this.#http.json(EventListSchema, 'GET', '/events', {
+    return this.#http.json(EventListParser, 'GET', '/events', {
       query: { sandboxId: options.sandboxId, type: options.types ?? [], cursor: options.cursor, limit: options.limit },
     });
   }
@@ -100,7 +97,7 @@ export class Events {
       try {
         for await (const chunk of response.body) {
           for (const data of parser.push(decoder.decode(chunk, { stream: true })))
-            yield EventSchema.parse(JSON.parse(data));
+            yield await parseStrict(EventParser, JSON.parse(data));
         }
       } catch (err) {
         if (options.signal?.aborted) return;
@@ -140,7 +137,7 @@ export class Webhooks {
    * ```
    */
   async add(request: CreateWebhookRequest): Promise<CreatedWebhook> {
-    return this.#http.json(CreatedWebhookSchema, 'POST', '/webhooks', { json: request });
+    return this.#http.json(CreatedWebhookParser, 'POST', '/webhooks', { json: request });
   }
 
   /**
@@ -151,7 +148,7 @@ export class Webhooks {
    * ```
    */
   async list(): Promise<Webhook[]> {
-    return (await this.#http.json(WebhookListSchema, 'GET', '/webhooks')).items;
+    return (await this.#http.json(WebhookListParser, 'GET', '/webhooks')).items;
   }
 
   /**
@@ -191,8 +188,8 @@ export class Quotas {
    * ```
    */
   async get(tenantId?: string): Promise<Quota> {
-    if (tenantId === undefined) return this.#http.json(QuotaSchema, 'GET', '/quota');
-    return this.#http.json(QuotaSchema, 'GET', `/tenants/${encodeURIComponent(tenantId)}/quota`);
+    if (tenantId === undefined) return this.#http.json(QuotaParser, 'GET', '/quota');
+    return this.#http.json(QuotaParser, 'GET', `/tenants/${encodeURIComponent(tenantId)}/quota`);
   }
 
   /**
@@ -204,7 +201,7 @@ export class Quotas {
    * ```
    */
   async set(tenantId: string, limits: Partial<QuotaLimits>): Promise<Quota> {
-    return this.#http.json(QuotaSchema, 'PUT', `/tenants/${encodeURIComponent(tenantId)}/quota`, { json: limits });
+    return this.#http.json(QuotaParser, 'PUT', `/tenants/${encodeURIComponent(tenantId)}/quota`, { json: limits });
   }
 }
 

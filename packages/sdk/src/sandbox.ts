@@ -1,17 +1,19 @@
-import {
-  type CreateSandboxRequest,
-  ForkSandboxResponseSchema,
-  type ResetSandboxRequest,
-  type Sandbox as SandboxInfo,
-  type SandboxInspection,
-  SandboxInspectionSchema,
-  SandboxListSchema,
-  SandboxSchema,
-  type SandboxState,
-  type UpdateSandboxRequest,
+import type {
+  CreateSandboxRequest,
+  ResetSandboxRequest,
+  Sandbox as SandboxInfo,
+  SandboxInspection,
+  SandboxState,
+  UpdateSandboxRequest,
 } from '@burrow/contract';
 import { Commands, Pty } from './commands.js';
 import { type ConnectionOptions, splitConnection } from './connection-config.js';
+import {
+  ForkSandboxResponseParser,
+  SandboxInspectionParser,
+  SandboxListParser,
+  SandboxParser,
+} from './contract-wire.js';
 import { Files } from './files.js';
 import { HttpClient } from './http-client.js';
 import { Snapshots } from './snapshots.js';
@@ -93,7 +95,7 @@ export class Sandbox {
    */
   static async resume(id: string, options: ConnectionOptions = {}): Promise<Sandbox> {
     const http = new HttpClient(options);
-    const info = await http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(id)}/resume`);
+    const info = await http.json(SandboxParser, 'POST', `/sandboxes/${encodeURIComponent(id)}/resume`);
     return new Sandbox(http, info);
   }
 
@@ -159,7 +161,7 @@ export class Sandbox {
    */
   async fork(options: { count?: number } = {}): Promise<Sandbox[]> {
     const response = await this.#http.json(
-      ForkSandboxResponseSchema,
+      ForkSandboxResponseParser,
       'POST',
       `/sandboxes/${encodeURIComponent(this.id)}/fork`,
       { json: { count: options.count ?? 1 } },
@@ -191,7 +193,7 @@ export class Sandbox {
    * ```
    */
   async updatePolicies(policies: UpdateSandboxRequest): Promise<SandboxInfo> {
-    this.#info = await this.#http.json(SandboxSchema, 'PATCH', `/sandboxes/${encodeURIComponent(this.id)}`, {
+    this.#info = await this.#http.json(SandboxParser, 'PATCH', `/sandboxes/${encodeURIComponent(this.id)}`, {
       json: policies,
     });
     return this.#info;
@@ -221,7 +223,7 @@ export class Sandbox {
    * ```
    */
   async keepalive(options: { durationMs?: number; extendTimeout?: boolean } = {}): Promise<SandboxInfo> {
-    this.#info = await this.#http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/keepalive`, {
+    this.#info = await this.#http.json(SandboxParser, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/keepalive`, {
       json: options,
     });
     return this.#info;
@@ -239,7 +241,7 @@ export class Sandbox {
    * ```
    */
   async reset(request: ResetSandboxRequest = { to: 'template' }): Promise<SandboxInfo> {
-    this.#info = await this.#http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/reset`, {
+    this.#info = await this.#http.json(SandboxParser, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/reset`, {
       json: request,
     });
     return this.#info;
@@ -255,7 +257,7 @@ export class Sandbox {
    * ```
    */
   async quarantine(options: { reason?: string | undefined } = {}): Promise<SandboxInfo> {
-    this.#info = await this.#http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/quarantine`, {
+    this.#info = await this.#http.json(SandboxParser, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/quarantine`, {
       json: options.reason === undefined ? {} : { reason: options.reason },
     });
     return this.#info;
@@ -267,7 +269,7 @@ export class Sandbox {
    */
   async release(): Promise<SandboxInfo> {
     this.#info = await this.#http.json(
-      SandboxSchema,
+      SandboxParser,
       'POST',
       `/sandboxes/${encodeURIComponent(this.id)}/quarantine/release`,
     );
@@ -284,13 +286,13 @@ export class Sandbox {
    * ```
    */
   async inspect(options: { limit?: number | undefined; depth?: number | undefined } = {}): Promise<SandboxInspection> {
-    return this.#http.json(SandboxInspectionSchema, 'GET', `/sandboxes/${encodeURIComponent(this.id)}/inspect`, {
+    return this.#http.json(SandboxInspectionParser, 'GET', `/sandboxes/${encodeURIComponent(this.id)}/inspect`, {
       query: { limit: options.limit, depth: options.depth },
     });
   }
 
   async #verb(verb: 'pause' | 'resume' | 'stop' | 'start'): Promise<SandboxInfo> {
-    this.#info = await this.#http.json(SandboxSchema, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/${verb}`);
+    this.#info = await this.#http.json(SandboxParser, 'POST', `/sandboxes/${encodeURIComponent(this.id)}/${verb}`);
     return this.#info;
   }
 
@@ -314,7 +316,7 @@ export class Sandbox {
   static async create(options: CreateSandboxOptions = {}): Promise<Sandbox> {
     const { connection, rest } = splitConnection(options);
     const http = new HttpClient(connection);
-    const info = await http.json(SandboxSchema, 'POST', '/sandboxes', { json: rest });
+    const info = await http.json(SandboxParser, 'POST', '/sandboxes', { json: rest });
     return new Sandbox(http, info);
   }
 
@@ -328,7 +330,7 @@ export class Sandbox {
    */
   static async get(id: string, options: ConnectionOptions = {}): Promise<Sandbox> {
     const http = new HttpClient(options);
-    const info = await http.json(SandboxSchema, 'GET', `/sandboxes/${encodeURIComponent(id)}`);
+    const info = await http.json(SandboxParser, 'GET', `/sandboxes/${encodeURIComponent(id)}`);
     return new Sandbox(http, info);
   }
 
@@ -344,7 +346,7 @@ export class Sandbox {
   static async list(options: ListSandboxesOptions = {}): Promise<SandboxPage> {
     const { connection, rest } = splitConnection(options);
     const http = new HttpClient(connection);
-    const page = await http.json(SandboxListSchema, 'GET', '/sandboxes', {
+    const page = await http.json(SandboxListParser, 'GET', '/sandboxes', {
       query: {
         state: rest.state,
         label: Object.entries(rest.labels ?? {}).map(([key, value]) => `${key}=${value}`),
@@ -382,7 +384,7 @@ export class Sandbox {
    * ```
    */
   async refresh(): Promise<SandboxInfo> {
-    this.#info = await this.#http.json(SandboxSchema, 'GET', `/sandboxes/${encodeURIComponent(this.id)}`);
+    this.#info = await this.#http.json(SandboxParser, 'GET', `/sandboxes/${encodeURIComponent(this.id)}`);
     return this.#info;
   }
 

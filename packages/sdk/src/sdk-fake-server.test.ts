@@ -13,6 +13,8 @@ import { AuthenticationError, ConnectionError, SandboxNotFoundError, TemplateBui
 import { Sandbox } from './sandbox.js';
 
 const SANDBOX_ID = 'sbx_0123456789abcdefghjk';
+/** A sandbox whose record breaks the contract. */
+const ODD_SANDBOX_ID = 'sbx_0123456789abcdefghjm';
 const NOW = '2026-11-29T08:00:00.000Z';
 const sandboxRecord = {
   id: SANDBOX_ID,
@@ -74,6 +76,10 @@ function handle(req: IncomingMessage, res: ServerResponse): void {
   if (url.pathname === `/v1/sandboxes/${SANDBOX_ID}`) {
     res.writeHead(200, { 'content-type': 'application/json' });
     return void res.end(JSON.stringify(sandboxRecord));
+  }
+  if (url.pathname === `/v1/sandboxes/${ODD_SANDBOX_ID}`) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    return void res.end(JSON.stringify({ ...sandboxRecord, id: ODD_SANDBOX_ID, state: 'flying' }));
   }
   if (url.pathname === '/v1/templates' && req.method === 'POST') {
     res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -142,6 +148,18 @@ describe('commands over the fake exec stream', () => {
     expect(result).toMatchObject({ stdout: 'a€\n', stderr: 'warn\n', exitCode: 0, truncated: false });
   });
 
+  it('fails the stream with ProtocolError on a frame outside the contract', async () => {
+    script = (ws) => {
+      ws.send(JSON.stringify({ type: 'started' }));
+      ws.send(JSON.stringify({ type: 'exit', exitCode: 300, signal: null, timedOut: false, durationMs: 5 }));
+    };
+    const sandbox = await Sandbox.get(SANDBOX_ID, { apiUrl, apiKey: 'good' });
+    await expect(sandbox.commands.run('x', { onStdout: () => undefined })).rejects.toMatchObject({
+      name: 'ProtocolError',
+      message: expect.stringContaining('unexpected exec frame'),
+    });
+  });
+
   it('queues stdin written before `started` and sends it after', async () => {
     script = (ws) => {
       const received: Buffer[] = [];
@@ -203,6 +221,12 @@ describe('commands over the fake exec stream', () => {
 });
 
 describe('HTTP errors', () => {
+  it('rejects a response outside the contract with ProtocolError naming the field zod rejects', async () => {
+    const error = await Sandbox.get(ODD_SANDBOX_ID, { apiUrl, apiKey: 'good' }).catch((err: unknown) => err);
+    expect(error).toMatchObject({ name: 'ProtocolError', code: 'protocol_error', status: 200 });
+    expect((error as Error).message).toMatch(/does not match the contract: .*"state"/s);
+  });
+
   it('maps the envelope to a typed error with hint, status and request id', async () => {
     const error = await Sandbox.get('sbx_zzzzzzzzzzzzzzzzzzzz', { apiUrl, apiKey: 'good' }).catch((e) => e);
     expect(error).toBeInstanceOf(SandboxNotFoundError);

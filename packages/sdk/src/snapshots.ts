@@ -1,5 +1,6 @@
-import { type Snapshot, SnapshotListSchema, SnapshotSchema } from '@burrow/contract';
+import type { Snapshot } from '@burrow/contract';
 import type { ConnectionOptions } from './connection-config.js';
+import { SnapshotListParser, SnapshotParser } from './contract-wire.js';
 import { HttpClient } from './http-client.js';
 
 /** Options of {@link Snapshots.create}. */
@@ -48,7 +49,7 @@ export class Snapshots {
    */
   async create(options: CreateSnapshotOptions = {}): Promise<Snapshot> {
     if (this.#sandboxId === null) throw new TypeError('create a snapshot through sandbox.snapshots');
-    return this.#http.json(SnapshotSchema, 'POST', `/sandboxes/${encodeURIComponent(this.#sandboxId)}/snapshots`, {
+    return this.#http.json(SnapshotParser, 'POST', `/sandboxes/${encodeURIComponent(this.#sandboxId)}/snapshots`, {
       json: { ...(options.name === undefined ? {} : { name: options.name }), memory: options.memory ?? true },
     });
   }
@@ -61,7 +62,7 @@ export class Snapshots {
    * ```
    */
   async list(): Promise<Snapshot[]> {
-    const page = await this.#http.json(SnapshotListSchema, 'GET', '/snapshots', {
+    const page = await this.#http.json(SnapshotListParser, 'GET', '/snapshots', {
       query: { sandboxId: this.#sandboxId ?? undefined },
     });
     return page.items;
@@ -76,7 +77,7 @@ export class Snapshots {
    * ```
    */
   async get(ref: string): Promise<Snapshot> {
-    return this.#http.json(SnapshotSchema, 'GET', `/snapshots/${encodeURIComponent(ref)}`);
+    return this.#http.json(SnapshotParser, 'GET', `/snapshots/${encodeURIComponent(ref)}`);
   }
 
   /**

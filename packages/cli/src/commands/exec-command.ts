@@ -1,7 +1,7 @@
 import { once } from 'node:events';
-import { type ExitReason, Sandbox } from '@burrow/sdk';
+import type { ExitReason, Sandbox } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, type GlobalOptions } from '../cli-context.js';
+import { type CliContext, connectionFor, type GlobalOptions, loadSdk } from '../cli-context.js';
 import { exitCodeForExit } from '../exit-codes.js';
 import { collect, keyValueRecord, parsePositiveInt } from '../key-value-parse.js';
 
@@ -39,6 +39,7 @@ export function registerExecCommand(program: Command, context: CliContext & { ex
       'run the command on a PTY sized like this terminal (use -it for a shell); without a terminal on stdin it runs without a PTY, as ssh -t does',
     )
     .action(async (id: string, args: string[], _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<ExecOptions>();
       const timeoutMs = options.timeout === undefined ? undefined : parsePositiveInt(options.timeout, '--timeout');
       const env = keyValueRecord(options.env, 'env');

@@ -1,15 +1,26 @@
-import { createReadStream } from 'node:fs';
-import { mkdir, stat } from 'node:fs/promises';
-import { Readable, type Writable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import type { Writable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
-import { Sandbox } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { create as tarCreate, extract as tarExtract } from 'tar';
-import { ByteProgress } from '../byte-progress.js';
-import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 
 type JsonOption = GlobalOptions & { json?: boolean };
+
+/** Node's fs and stream modules, loaded by the transfer commands only: importing them costs CPU at every start. */
+async function loadNodeStreams() {
+  const [fs, fsPromises, stream, streamPromises] = await Promise.all([
+    import('node:fs'),
+    import('node:fs/promises'),
+    import('node:stream'),
+    import('node:stream/promises'),
+  ]);
+  return {
+    createReadStream: fs.createReadStream,
+    mkdir: fsPromises.mkdir,
+    stat: fsPromises.stat,
+    Readable: stream.Readable,
+    pipeline: streamPromises.pipeline,
+  };
+}
 
 /** Registers `burrow files put|get|ls|rm|chmod|watch`. */
 export function registerFilesCommands(program: Command, context: CliContext): void {
@@ -25,11 +36,15 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .argument('<remote>', 'absolute path in the sandbox (for a directory: the directory to fill)')
     .option('--json', 'print the result as JSON')
     .action(async (id: string, local: string, remote: string, _options: unknown, command: Command) => {
+      const { createReadStream, stat, Readable } = await loadNodeStreams();
+      const { ByteProgress } = await import('../byte-progress.js');
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<JsonOption>();
       const info = await stat(local);
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
       if (info.isDirectory()) {
         const progress = new ByteProgress(context.stderr, `${local} → ${id}:${remote}`, undefined);
+        const { create: tarCreate } = await import('tar');
         // node-tar packs the local tree (portable: no uid/gid names); the server extracts it entry by entry.
         const tarStream = Readable.from(tarCreate({ cwd: local, portable: true }, ['.'])).pipe(progress.through());
         const result = await sandbox.files.upload(remote, tarStream);
@@ -54,6 +69,9 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .argument('<remote>', 'absolute path in the sandbox')
     .argument('[local]', 'local file or directory, or - for stdout')
     .action(async (id: string, remote: string, local: string | undefined, _options: unknown, command: Command) => {
+      const { mkdir, Readable, pipeline } = await loadNodeStreams();
+      const { ByteProgress } = await import('../byte-progress.js');
+      const { Sandbox } = await loadSdk();
       const sandbox = await Sandbox.get(id, connectionFor(context, command.optsWithGlobals<GlobalOptions>()));
       const info = await sandbox.files.stat(remote);
       const toStdout = local === undefined || local === '-';
@@ -64,6 +82,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
           await pipeline(tar, progress.through(), context.stdout);
         } else {
           await mkdir(local, { recursive: true });
+          const { extract: tarExtract } = await import('tar');
           // node-tar's extractor refuses `..`, absolute names and writes through symlinks by default.
           await pipeline(tar, progress.through(), tarExtract({ cwd: local }) as unknown as Writable);
         }
@@ -97,6 +116,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .option('--depth <n>', 'levels to recurse (default: 1)')
     .option('--json', 'print the entries as JSON')
     .action(async (id: string, path: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<JsonOption & { depth?: string }>();
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
       const entries = await sandbox.files.list(path, {
@@ -128,6 +148,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .argument('<path>', 'absolute path in the sandbox')
     .option('-r, --recursive', 'remove a directory with its contents')
     .action(async (id: string, path: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { recursive?: boolean }>();
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
       await sandbox.files.remove(path, { recursive: options.recursive === true });
@@ -140,6 +161,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .argument('<mode>', 'octal mode, for example 755 or 0644')
     .argument('<path>', 'absolute path in the sandbox')
     .action(async (id: string, mode: string, path: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       if (!/^0?[0-7]{3,4}$/.test(mode)) throw new Error(`mode is octal, for example 755; got ${mode}`);
       const sandbox = await Sandbox.get(id, connectionFor(context, command.optsWithGlobals<GlobalOptions>()));
       await sandbox.files.chmod(path, Number.parseInt(mode, 8));
@@ -153,6 +175,7 @@ export function registerFilesCommands(program: Command, context: CliContext): vo
     .option('-r, --recursive', 'include subdirectories')
     .option('--json', 'print each event as a JSON line')
     .action(async (id: string, path: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<JsonOption & { recursive?: boolean }>();
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
       const abort = new AbortController();

@@ -1,7 +1,6 @@
 import type { SandboxInspection } from '@burrow/sdk';
-import { Sandbox } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { parsePositiveInt } from '../key-value-parse.js';
 
 /** Registers `burrow reset ID [--snapshot NAME [--fs-only]]`, `burrow quarantine ID [--release]`, `burrow inspect ID`. */
@@ -14,6 +13,7 @@ export function registerHygieneCommands(program: Command, context: CliContext): 
     .option('--fs-only', 'with --snapshot: its files only, boot fresh (no processes and memory)')
     .option('--json', 'print the sandbox as JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<
         GlobalOptions & { snapshot?: string; fsOnly?: boolean; json?: boolean }
       >();
@@ -35,6 +35,7 @@ export function registerHygieneCommands(program: Command, context: CliContext): 
     .option('--release', 'lift the quarantine (admin key)')
     .option('--json', 'print the sandbox as JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { reason?: string; release?: boolean; json?: boolean }>();
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
       const info =
@@ -51,6 +52,7 @@ export function registerHygieneCommands(program: Command, context: CliContext): 
     .option('--depth <n>', 'directory levels in the usage table (1-4, default 2)')
     .option('--json', 'print the inspection as JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { limit?: string; depth?: string; json?: boolean }>();
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
       const query: { limit?: number; depth?: number } = {};

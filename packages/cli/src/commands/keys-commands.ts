@@ -1,6 +1,6 @@
-import { BurrowClient, type CreateApiKeyRequest } from '@burrow/sdk';
+import type { CreateApiKeyRequest } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { UsageError } from '../exit-codes.js';
 
 /** Registers `burrow keys create|ls|revoke`. */
@@ -15,6 +15,7 @@ export function registerKeysCommands(program: Command, context: CliContext): voi
     .option('--role <role>', 'admin or member (default: member)')
     .option('--json', 'print the key and its secret as JSON')
     .action(async (name: string, _options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { tenant?: string; role?: string; json?: boolean }>();
       const request: CreateApiKeyRequest = { name };
       if (options.tenant !== undefined) request.tenantId = options.tenant;
@@ -40,6 +41,7 @@ export function registerKeysCommands(program: Command, context: CliContext): voi
     .description('list API keys')
     .option('--json', 'print the keys as JSON')
     .action(async (_options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
       const items = await new BurrowClient(connectionFor(context, options)).keys.list();
       if (options.json === true) {
@@ -67,6 +69,7 @@ export function registerKeysCommands(program: Command, context: CliContext): voi
     .description('revoke an API key')
     .argument('<id>', 'key id')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       await new BurrowClient(connectionFor(context, command.optsWithGlobals<GlobalOptions>())).keys.revoke(id);
       context.stdout.write(`${id}\n`);
     });

@@ -1,16 +1,14 @@
-import { EventTypeSchema } from '@burrow/contract';
-import { BurrowClient, type Event, type EventType } from '@burrow/sdk';
+import type { Event, EventType } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { UsageError } from '../exit-codes.js';
 import { collect, parsePositiveInt } from '../key-value-parse.js';
 
-const EVENT_TYPES: readonly EventType[] = EventTypeSchema.options;
-
-function eventTypes(values: string[] | undefined): EventType[] {
+async function eventTypes(values: string[] | undefined): Promise<EventType[]> {
+  const { EVENT_TYPES } = await import('@burrow/contract/wire');
   const types = values ?? [];
   for (const t of types) {
-    if (!EVENT_TYPES.includes(t as EventType)) {
+    if (!(EVENT_TYPES as readonly string[]).includes(t)) {
       throw new UsageError(`unknown event type "${t}"`, `use one of ${EVENT_TYPES.join(', ')}`);
     }
   }
@@ -37,6 +35,7 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
     .option('-f, --follow', 'keep streaming new events as they happen (Ctrl-C to stop)')
     .option('--json', 'print events as JSON (one object per line with --follow)')
     .action(async (_options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const options = command.optsWithGlobals<
         GlobalOptions & {
           sandbox?: string;
@@ -48,7 +47,7 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
         }
       >();
       const client = new BurrowClient(connectionFor(context, options));
-      const filter = { sandboxId: options.sandbox, types: eventTypes(options.type) };
+      const filter = { sandboxId: options.sandbox, types: await eventTypes(options.type) };
       if (options.follow === true) {
         const controller = new AbortController();
         const stop = () => controller.abort();
@@ -90,6 +89,7 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
     .option('--max-snapshots <n>', 'snapshots kept')
     .option('--json', 'print the quota as JSON')
     .action(async (_options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const options = command.optsWithGlobals<
         GlobalOptions & {
           tenant?: string;
@@ -143,8 +143,9 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
     .option('--secret <secret>', 'signing secret, 16-256 characters (default: generated)')
     .option('--json', 'print the webhook and its secret as JSON')
     .action(async (url: string, _options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { type?: string[]; secret?: string; json?: boolean }>();
-      const types = eventTypes(options.type);
+      const types = await eventTypes(options.type);
       const created = await new BurrowClient(connectionFor(context, options)).webhooks.add({
         url,
         ...(types.length === 0 ? {} : { types }),
@@ -162,6 +163,7 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
     .description('list webhooks with delivery counts')
     .option('--json', 'print the webhooks as JSON')
     .action(async (_options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
       const items = await new BurrowClient(connectionFor(context, options)).webhooks.list();
       if (options.json === true) {
@@ -188,6 +190,7 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
     .description('remove a webhook and its pending deliveries')
     .argument('<id>', 'webhook id')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       await new BurrowClient(connectionFor(context, command.optsWithGlobals<GlobalOptions>())).webhooks.remove(id);
       context.stdout.write(`${id}\n`);
     });

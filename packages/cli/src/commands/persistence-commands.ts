@@ -1,7 +1,6 @@
 import type { Snapshot } from '@burrow/sdk';
-import { Sandbox, Snapshots } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { UsageError } from '../exit-codes.js';
 import { parsePositiveInt } from '../key-value-parse.js';
 
@@ -21,6 +20,7 @@ export function registerPersistenceCommands(program: Command, context: CliContex
       .argument('<id>', 'sandbox id')
       .option('--json', 'print the sandbox as JSON')
       .action(async (id: string, _options: unknown, command: Command) => {
+        const { Sandbox } = await loadSdk();
         const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
         const connection = connectionFor(context, options);
         const info =
@@ -39,6 +39,7 @@ export function registerPersistenceCommands(program: Command, context: CliContex
     .option('--count <n>', 'how many children (1-20, default 1)')
     .option('--json', 'print the new sandboxes as JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { count?: string; json?: boolean }>();
       const count = options.count === undefined ? 1 : parsePositiveInt(options.count, '--count');
       if (count > 20) throw new UsageError('--count is at most 20', 'fork in several calls');
@@ -61,6 +62,7 @@ export function registerPersistenceCommands(program: Command, context: CliContex
     .option('--fs-only', 'files only, without processes and memory')
     .option('--json', 'print the snapshot as JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { name?: string; fsOnly?: boolean; json?: boolean }>();
       const found = await Sandbox.get(id, connectionFor(context, options));
       const created = await found.snapshots.create({ name: options.name, memory: options.fsOnly !== true });
@@ -100,6 +102,7 @@ export function registerPersistenceCommands(program: Command, context: CliContex
     .argument('<ref>', 'snapshot name or id')
     .option('--json', 'print the snapshot as JSON')
     .action(async (ref: string, _options: unknown, command: Command) => {
+      const { Snapshots } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
       const found = await Snapshots.connect(connectionFor(context, options)).get(ref);
       if (options.json === true) printJson(context, found);
@@ -111,6 +114,7 @@ export function registerPersistenceCommands(program: Command, context: CliContex
     .description('delete snapshots and their bytes; prints each deleted ref')
     .argument('<ref...>', 'snapshot names or ids')
     .action(async (refs: string[], _options: unknown, command: Command) => {
+      const { Snapshots } = await loadSdk();
       const client = Snapshots.connect(connectionFor(context, command.optsWithGlobals<GlobalOptions>()));
       for (const ref of refs) {
         await client.delete(ref);
@@ -120,6 +124,7 @@ export function registerPersistenceCommands(program: Command, context: CliContex
 }
 
 async function listSnapshots(context: CliContext, options: GlobalOptions & { sandbox?: string }): Promise<Snapshot[]> {
+  const { Sandbox, Snapshots } = await loadSdk();
   const connection = connectionFor(context, options);
   if (options.sandbox !== undefined) return (await Sandbox.get(options.sandbox, connection)).snapshots.list();
   return Snapshots.connect(connection).list();

@@ -1,7 +1,7 @@
 import { once } from 'node:events';
-import { type ExecSignal, Sandbox } from '@burrow/sdk';
+import type { ExecSignal } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { exitCodeForExit, UsageError } from '../exit-codes.js';
 
 interface PsOptions extends GlobalOptions {
@@ -23,6 +23,7 @@ export function registerProcessCommands(program: Command, context: CliContext & 
     .argument('<id>', 'sandbox id')
     .option('--json', 'print JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<PsOptions>();
       const sandbox = await Sandbox.get(id, connectionFor(context, options));
       const commands = await sandbox.commands.list();
@@ -53,6 +54,7 @@ export function registerProcessCommands(program: Command, context: CliContext & 
     .argument('<commandId>', 'command id (from burrow ps)')
     .option('-s, --signal <name>', `signal: ${SIGNALS.join(', ')}`, 'SIGKILL')
     .action(async (id: string, commandId: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { signal: string }>();
       const name = (options.signal.startsWith('SIG') ? options.signal : `SIG${options.signal}`).toUpperCase();
       if (!SIGNALS.includes(name as ExecSignal))
@@ -68,6 +70,7 @@ export function registerProcessCommands(program: Command, context: CliContext & 
     .option('-f, --follow', 'keep printing until the command exits, then exit with its exit code')
     .option('--offset <bytes>', 'start at this output offset (default: 0, the oldest kept byte)')
     .action(async (id: string, commandId: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<LogsOptions>();
       const offset = options.offset === undefined ? 0 : Number(options.offset);
       if (!Number.isInteger(offset) || offset < 0) throw new UsageError('--offset takes a byte count (0 or more)');

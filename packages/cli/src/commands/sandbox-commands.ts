@@ -1,7 +1,6 @@
 import type { CreateSandboxRequest, SandboxInfo, SandboxState } from '@burrow/sdk';
-import { Sandbox } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { UsageError } from '../exit-codes.js';
 import { collect, keyValueRecord, parsePositiveInt, parsePositiveNumber } from '../key-value-parse.js';
 
@@ -61,6 +60,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it')
     .option('--json', 'print the sandbox as JSON')
     .action(async (_options: CreateOptions, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<CreateOptions>();
       const request: CreateSandboxRequest = {
         env: keyValueRecord(options.env, 'env'),
@@ -94,6 +94,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--label <K=V>', 'only sandboxes with this label (repeatable)', collect)
     .option('--json', 'print the sandboxes as JSON')
     .action(async (_options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { state?: string; label?: string[]; json?: boolean }>();
       if (options.state !== undefined && !STATES.includes(options.state as SandboxState)) {
         throw new UsageError(`unknown state "${options.state}"`, `use one of ${STATES.join(', ')}`);
@@ -135,6 +136,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .argument('<id>', 'sandbox id')
     .option('--json', 'print the sandbox as JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
       const found = await Sandbox.get(id, connectionFor(context, options));
       if (options.json === true) printJson(context, found.info);
@@ -148,6 +150,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .argument('<ms>', 'time to live from now in ms, or "none"')
     .option('--json', 'print the sandbox as JSON')
     .action(async (id: string, ms: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
       const found = await Sandbox.get(id, connectionFor(context, options));
       const info = await found.setTimeout(ms === 'none' ? null : parsePositiveInt(ms, 'MS'));
@@ -166,6 +169,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--keep-snapshots <n>', 'keep only the newest N snapshots, or "none"')
     .option('--json', 'print the sandbox as JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<CreateOptions>();
       const policies = policyOptions(options);
       if (Object.keys(policies).length === 0) {
@@ -184,6 +188,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--for <ms>', 'count it as active for this long, ms (default: just now)')
     .option('--no-extend', 'leave the TTL as it is')
     .action(async (id: string, _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { for?: string; extend?: boolean }>();
       const found = await Sandbox.get(id, connectionFor(context, options));
       const info = await found.keepalive({
@@ -199,6 +204,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .description('delete sandboxes with everything they hold; prints each deleted id')
     .argument('<id...>', 'sandbox ids')
     .action(async (ids: string[], _options: unknown, command: Command) => {
+      const { Sandbox } = await loadSdk();
       const connection = connectionFor(context, command.optsWithGlobals<GlobalOptions>());
       let firstError: unknown;
       for (const id of ids) {

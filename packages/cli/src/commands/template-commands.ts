@@ -1,6 +1,6 @@
-import { type BuildTemplateRequest, BurrowClient } from '@burrow/sdk';
+import type { BuildTemplateRequest } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, formatTable, type GlobalOptions, printJson } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { ProgressSpinner } from '../progress-spinner.js';
 
 interface BuildOptions extends GlobalOptions {
@@ -23,6 +23,7 @@ export function registerTemplateCommands(program: Command, context: CliContext):
     .option('--run <commands...>', 'shell commands to run, in order')
     .option('--json', 'print the template as JSON')
     .action(async (name: string, _options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const options = command.optsWithGlobals<BuildOptions>();
       const request: BuildTemplateRequest = { name, apt: options.apt ?? [], run: options.run ?? [] };
       if (options.from !== undefined) request.from = options.from;
@@ -45,6 +46,7 @@ export function registerTemplateCommands(program: Command, context: CliContext):
     .description('list templates')
     .option('--json', 'print the templates as JSON')
     .action(async (_options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const options = command.optsWithGlobals<GlobalOptions & { json?: boolean }>();
       const items = await new BurrowClient(connectionFor(context, options)).templates.list();
       if (options.json === true) {
@@ -65,6 +67,7 @@ export function registerTemplateCommands(program: Command, context: CliContext):
     .description('delete templates; prints each deleted name')
     .argument('<name...>', 'template names')
     .action(async (names: string[], _options: unknown, command: Command) => {
+      const { BurrowClient } = await loadSdk();
       const client = new BurrowClient(connectionFor(context, command.optsWithGlobals<GlobalOptions>()));
       for (const name of names) {
         await client.templates.delete(name);

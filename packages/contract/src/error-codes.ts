@@ -1,0 +1,132 @@
+/**
+ * Stable error codes carried by every error response. Clients branch on these, never on messages.
+ * Adding a code without an HTTP status in {@link ERROR_HTTP_STATUS} does not compile.
+ */
+export const ErrorCode = {
+  /** The request body, query or path failed validation. */
+  invalidRequest: 'invalid_request',
+  /** The body is not valid JSON (or not the declared content type). */
+  invalidJson: 'invalid_json',
+  /** The body exceeds the server's size limit. */
+  payloadTooLarge: 'payload_too_large',
+  /** No API key, or an unknown or revoked one. */
+  unauthorized: 'unauthorized',
+  /** The key is valid but may not do this (for example a non-admin key managing keys). */
+  forbidden: 'forbidden',
+  /** No route matches the method and path. */
+  routeNotFound: 'route_not_found',
+  /** No sandbox with this id exists for the caller's tenant. */
+  sandboxNotFound: 'sandbox_not_found',
+  /** No template with this name exists (or it is not ready). */
+  templateNotFound: 'template_not_found',
+  /** A template with this name already exists. */
+  templateExists: 'template_exists',
+  /** A template build failed. */
+  templateBuildFailed: 'template_build_failed',
+  /** No API key with this id exists for the caller's tenant. */
+  keyNotFound: 'key_not_found',
+  /** The sandbox is not in a state that allows this operation (for example exec on a deleting sandbox). */
+  sandboxNotRunning: 'sandbox_not_running',
+  /** The path does not exist in the sandbox. */
+  fileNotFound: 'file_not_found',
+  /** The path names a directory where a file was expected. */
+  isADirectory: 'is_a_directory',
+  /** A path component is not a directory. */
+  notADirectory: 'not_a_directory',
+  /** The target already exists. */
+  fileExists: 'file_exists',
+  /** The directory is not empty and `recursive` was not set. */
+  directoryNotEmpty: 'directory_not_empty',
+  /** The path is malformed (NUL byte, too long, empty) or resolves outside the sandbox root. */
+  invalidPath: 'invalid_path',
+  /** The sandbox disk is full. */
+  noSpace: 'no_space',
+  /** The command ran past its `timeoutMs` and was killed. */
+  execTimeout: 'exec_timeout',
+  /** No background command with this id exists in the sandbox. */
+  commandNotFound: 'command_not_found',
+  /** The `user` of a command is not in the sandbox's `/etc/passwd`. */
+  userNotFound: 'user_not_found',
+  /** The runtime failed (runsc error, host resource exhausted). */
+  runtimeError: 'runtime_error',
+  /** A conflicting operation is in progress on this resource. */
+  conflict: 'conflict',
+  /** The sandbox is paused and was created with `autoResume: false`: resume it first. */
+  sandboxPaused: 'sandbox_paused',
+  /** No snapshot with this name or id exists for the caller's tenant. */
+  snapshotNotFound: 'snapshot_not_found',
+  /** A snapshot with this name already exists. */
+  snapshotExists: 'snapshot_exists',
+  /** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
+  checkpointRejected: 'checkpoint_rejected',
+  /**
+   * A pause, fork or memory snapshot is refused: a process in the sandbox keeps a deleted file open or works in a
+   * deleted directory outside `/tmp`, which the runtime cannot save. `details.blockers` name the process and path;
+   * the sandbox keeps running.
+   */
+  deletedFileOpen: 'deleted_file_open',
+  /**
+   * A pause, fork or memory snapshot is refused: a process in the sandbox holds a host socket (a connection to a
+   * host socket, or the output of a command that ran outside the exec agent), which the runtime cannot save;
+   * `details.blockers` name the processes when they are known; the sandbox keeps running.
+   */
+  hostSocketOpen: 'host_socket_open',
+  /** The runtime lacks the capability this call needs (for example `checkpoint`). */
+  unsupported: 'unsupported',
+  /** The sandbox is quarantined: exec, writes, commands, fork, reset and delete need an admin key until it is released. */
+  sandboxQuarantined: 'sandbox_quarantined',
+  /** A tenant quota (running, sandboxes, disk bytes, snapshots) would be exceeded; `details` names which. */
+  quotaExceeded: 'quota_exceeded',
+  /** No webhook with this id exists for the caller's tenant. */
+  webhookNotFound: 'webhook_not_found',
+  /**
+   * A webhook URL names (or its host resolves to) a loopback, private, link-local or otherwise internal address,
+   * which this server does not send to unless its operator allows it (`BURROW_WEBHOOK_ALLOW_PRIVATE=1`).
+   */
+  webhookUrlForbidden: 'webhook_url_forbidden',
+  /** Anything unexpected; the server log carries the details under the request id. */
+  internal: 'internal_error',
+} as const;
+
+/** One of the stable error code strings in {@link ErrorCode}. */
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/** HTTP status for each error code. Typed so that a new code without a status fails to compile. */
+export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
+  invalid_request: 400,
+  invalid_json: 400,
+  payload_too_large: 413,
+  unauthorized: 401,
+  forbidden: 403,
+  route_not_found: 404,
+  sandbox_not_found: 404,
+  template_not_found: 404,
+  template_exists: 409,
+  template_build_failed: 422,
+  key_not_found: 404,
+  sandbox_not_running: 409,
+  file_not_found: 404,
+  is_a_directory: 400,
+  not_a_directory: 400,
+  file_exists: 409,
+  directory_not_empty: 409,
+  invalid_path: 400,
+  no_space: 507,
+  exec_timeout: 408,
+  command_not_found: 404,
+  user_not_found: 400,
+  runtime_error: 500,
+  conflict: 409,
+  sandbox_paused: 409,
+  snapshot_not_found: 404,
+  snapshot_exists: 409,
+  checkpoint_rejected: 422,
+  deleted_file_open: 409,
+  host_socket_open: 409,
+  unsupported: 501,
+  sandbox_quarantined: 409,
+  quota_exceeded: 429,
+  webhook_not_found: 404,
+  webhook_url_forbidden: 422,
+  internal_error: 500,
+};
