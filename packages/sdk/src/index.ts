@@ -57,6 +57,8 @@ export {
   PermissionDeniedError,
   ProtocolError,
   QuotaExceededError,
+  RateLimitedError,
+  RequestTimeoutError,
   RouteNotFoundError,
   SandboxNotFoundError,
   SandboxNotRunningError,

@@ -124,7 +124,14 @@ export class FileService {
     body.pipe(source);
     body.once('error', (error) => source.destroy(error));
     body.once('close', () => {
-      if (!body.readableEnded) source.destroy(new Error('the client ended the upload before its end'));
+      // The client's doing, answered (to nobody) and logged as a rejection, not as a server failure.
+      if (!body.readableEnded) {
+        source.destroy(
+          new ApiError(ErrorCode.invalidRequest, 'the client closed the connection before the end of the upload', {
+            hint: 'send the whole body; nothing of a cut-short upload is kept',
+          }),
+        );
+      }
     });
     const interrupted = new Error(`sandbox ${id} is pausing, stopping or being deleted`);
     return this.withTransfer(id, caller, 'upload', async (fs, transfer) => {
