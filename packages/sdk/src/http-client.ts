@@ -353,7 +353,10 @@ async function nodeHttpRequest(
  * server read the body, whose unread rest would then precede the next request on that connection: the server takes
  * it for the next request's start, and that call waits until the server's idle timeout resets the connection.
  */
-function keepsConnection(request: import('node:http').ClientRequest, res: import('node:http').IncomingMessage): boolean {
+function keepsConnection(
+  request: import('node:http').ClientRequest,
+  res: import('node:http').IncomingMessage,
+): boolean {
   const status = res.statusCode ?? 0;
   return status >= 200 && status < 300 && request.writableFinished;
 }

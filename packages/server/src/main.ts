@@ -140,7 +140,11 @@ function httpLimitsFrom(env: Readonly<Record<string, string | undefined>>): Http
       'BURROW_HTTP_MAX_CONNECTIONS_PER_ADDRESS',
       d.maxConnectionsPerAddress,
     ),
-    maxRequestsPerKey: intFrom(env.BURROW_HTTP_MAX_REQUESTS_PER_KEY, 'BURROW_HTTP_MAX_REQUESTS_PER_KEY', d.maxRequestsPerKey),
+    maxRequestsPerKey: intFrom(
+      env.BURROW_HTTP_MAX_REQUESTS_PER_KEY,
+      'BURROW_HTTP_MAX_REQUESTS_PER_KEY',
+      d.maxRequestsPerKey,
+    ),
   };
 }
 

@@ -15,7 +15,7 @@ export interface BodyRules {
 }
 
 /**
- * `payload` (a request body being received) passed through a stream that fails with `request_timeout` (408) when
+ * `payload` (a request body being received) passed through a stream (`body`; `stop` ends the checks) that fails with `request_timeout` (408) when
  * the body arrives slower than `rules` allow, and with `invalid_request` when the client closes the connection
  * before the body's end. The consumer of the returned stream sees that error and answers it; the request itself
  * stays open, so the answer reaches the client (the connection closes after it, see `registerHttpLimits`).
@@ -23,8 +23,11 @@ export interface BodyRules {
  * Time in which the server holds the body back (the consumer is slower than the client: a slow sandbox disk) does
  * not count against the client: the rate is measured only while `payload` flows.
  */
-export function guardBody(payload: IncomingMessage, rules: BodyRules): Readable {
+export function guardBody(payload: IncomingMessage, rules: BodyRules): { body: Readable; stop: () => void } {
   const out = new PassThrough({ highWaterMark: IO_CHUNK_BYTES });
+  // The consumer that reads `out` listens for its errors; one that stopped reading (the request was answered
+  // early) must not turn a later failure into an uncaught exception.
+  out.on('error', () => undefined);
   const startedMs = performance.now();
   let windowStartMs = startedMs;
   let windowBytes = 0;
@@ -96,5 +99,5 @@ export function guardBody(payload: IncomingMessage, rules: BodyRules): Readable 
   });
   out.once('close', stop);
   payload.pipe(out);
-  return out;
+  return { body: out, stop };
 }

@@ -66,11 +66,12 @@ function hasBody(request: FastifyRequest): boolean {
  */
 function drainRest(raw: IncomingMessage): void {
   if (raw.complete || raw.destroyed) return;
+  const socket = raw.socket;
   raw.unpipe();
   let bytes = 0;
   const destroy = () => {
     clearTimeout(timer);
-    raw.socket?.destroy();
+    socket.destroy();
   };
   const timer = setTimeout(destroy, EARLY_ANSWER_DRAIN_MS);
   timer.unref();
@@ -127,18 +128,22 @@ export function registerHttpLimits(app: ZodApp, limits: HttpLimits): void {
     );
   });
 
-  app.addHook('preParsing', async (request, _reply, payload) => {
-    if (request.raw.complete || !hasBody(request)) return payload;
+  // `complete === false`: a body still arriving on a real connection (app.inject's requests have no such flag).
+  app.addHook('preParsing', async (request, reply, payload) => {
+    if (request.raw.complete !== false || !hasBody(request)) return payload;
     const streamed = request.routeOptions.bodyLimit === UNLIMITED_BODY_BYTES;
-    return guardBody(request.raw, {
+    const guarded = guardBody(request.raw, {
       minBytesPerSec: limits.minBodyBytesPerSec,
       windowMs: limits.bodyRateWindowMs,
       deadlineMs: streamed ? 0 : limits.requestTimeoutMs,
     });
+    // Once answered, the request is no one's to time: drainRest bounds what is left.
+    reply.raw.once('finish', guarded.stop);
+    return guarded.body;
   });
 
   app.addHook('onSend', async (request, reply, payload) => {
-    if (!request.raw.complete && hasBody(request)) {
+    if (request.raw.complete === false && hasBody(request)) {
       reply.header('connection', 'close');
       reply.raw.once('finish', () => drainRest(request.raw));
     }
