@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { ErrorEnvelopeSchema } from '@burrow/contract';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { WebSocket } from 'ws';
 import { RateLimitedError, Sandbox } from '../../packages/sdk/src/index.js';
 import { type Harness, startHarness } from './api-harness.js';
 
@@ -272,6 +273,22 @@ describe('caps', () => {
       }
     } finally {
       for (const conn of held) conn.socket.destroy();
+    }
+    await expect
+      .poll(
+        async () =>
+          (await fetch(`${url}/v1/sandboxes`, { headers: { authorization: `Bearer ${h.adminSecret}` } })).status,
+      )
+      .toBe(200);
+  });
+  test('a closed WebSocket frees its slot of the per-key cap', async () => {
+    const wsUrl = `${url.replace('http', 'ws')}/v1/sandboxes/${sandboxId}/exec/stream`;
+    for (let i = 0; i < LIMITS.maxRequestsPerKey + 3; i++) {
+      const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${h.adminSecret}` } });
+      await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
+      const closed = new Promise((resolve) => ws.once('close', resolve));
+      ws.close();
+      await closed;
     }
     await expect
       .poll(

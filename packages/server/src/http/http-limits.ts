@@ -47,9 +47,9 @@ export const DEFAULT_HTTP_LIMITS: HttpLimits = {
 /** Seconds a 429 asks the client to wait (`Retry-After`). */
 const RETRY_AFTER_SECONDS = 1;
 /** After an answer sent before the request body's end, at most this much of the rest is read and dropped. */
-const EARLY_ANSWER_DRAIN_BYTES = 1024 * 1024;
-/** ... and for at most this long, ms; then the connection is destroyed. */
-const EARLY_ANSWER_DRAIN_MS = 1000;
+const EARLY_ANSWER_DRAIN_BYTES = 4 * 1024 * 1024;
+/** ... and the connection is held for at most this long, ms (the client closes it first once it has the answer). */
+const EARLY_ANSWER_HOLD_MS = 2000;
 /** An over-cap connection that sends no request within this is destroyed, ms. */
 const OVER_CAP_GRACE_MS = 2000;
 
@@ -60,28 +60,39 @@ function hasBody(request: FastifyRequest): boolean {
 }
 
 /**
- * The rest of a request body the server answered early: read and dropped, at most {@link EARLY_ANSWER_DRAIN_BYTES}
- * for at most {@link EARLY_ANSWER_DRAIN_MS}, so the client reads the answer before the connection closes (a close
- * with unread bytes resets it); past either bound the connection is destroyed.
+ * Closes the connection of `raw`, answered before its body's end, gently. Node destroys a socket whose answer says
+ * `Connection: close` as soon as the answer is written (`destroySoon`); with bytes of the body unread, that close
+ * resets the connection, and a client still sending sees the reset (EPIPE, ECONNRESET) before it reads the answer.
+ * Here the write side ends after the answer; the rest of the body is read and dropped up to
+ * {@link EARLY_ANSWER_DRAIN_BYTES} (a client that sends its whole body before it reads gets the answer), then no
+ * longer read (the client's sending stalls, without a reset); the socket is destroyed when the body ends, when the
+ * client closes it, or after {@link EARLY_ANSWER_HOLD_MS}.
  */
-function drainRest(raw: IncomingMessage): void {
-  if (raw.complete || raw.destroyed) return;
+function closeAfterDrain(raw: IncomingMessage): void {
   const socket = raw.socket;
-  raw.unpipe();
-  let bytes = 0;
-  const destroy = () => {
-    clearTimeout(timer);
-    socket.destroy();
+  if (typeof socket?.destroySoon !== 'function') return;
+  socket.destroySoon = () => {
+    socket.end();
+    if (raw.complete || raw.destroyed) {
+      socket.destroy();
+      return;
+    }
+    raw.unpipe();
+    let bytes = 0;
+    const destroy = () => {
+      clearTimeout(timer);
+      socket.destroy();
+    };
+    const timer = setTimeout(destroy, EARLY_ANSWER_HOLD_MS);
+    timer.unref();
+    raw.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+      if (bytes > EARLY_ANSWER_DRAIN_BYTES) raw.pause();
+    });
+    raw.once('end', destroy);
+    socket.once('close', () => clearTimeout(timer));
+    raw.resume();
   };
-  const timer = setTimeout(destroy, EARLY_ANSWER_DRAIN_MS);
-  timer.unref();
-  raw.on('data', (chunk: Buffer) => {
-    bytes += chunk.length;
-    if (bytes > EARLY_ANSWER_DRAIN_BYTES) destroy();
-  });
-  raw.once('end', () => clearTimeout(timer));
-  raw.once('close', () => clearTimeout(timer));
-  raw.resume();
 }
 
 /**
@@ -93,7 +104,7 @@ function drainRest(raw: IncomingMessage): void {
  * - request bodies: {@link guardBody} (minimum rate, deadline for bounded bodies);
  * - an answer sent before the request body's end carries `Connection: close`: the unread rest of the body would
  *   otherwise be parsed as the next request (the client's next call on that connection waits until the idle
- *   timeout resets it). The rest is drained within bounds, then the connection closes.
+ *   timeout resets it). The rest is drained within bounds, then the connection closes ({@link closeAfterDrain}).
  * Header and idle timeouts are the Node server's own (see {@link serverTimeouts}).
  */
 export function registerHttpLimits(app: ZodApp, limits: HttpLimits): void {
@@ -137,7 +148,7 @@ export function registerHttpLimits(app: ZodApp, limits: HttpLimits): void {
       windowMs: limits.bodyRateWindowMs,
       deadlineMs: streamed ? 0 : limits.requestTimeoutMs,
     });
-    // Once answered, the request is no one's to time: drainRest bounds what is left.
+    // Once answered, the request is no one's to time: closeAfterDrain bounds what is left.
     reply.raw.once('finish', guarded.stop);
     return guarded.body;
   });
@@ -145,7 +156,7 @@ export function registerHttpLimits(app: ZodApp, limits: HttpLimits): void {
   app.addHook('onSend', async (request, reply, payload) => {
     if (request.raw.complete === false && hasBody(request)) {
       reply.header('connection', 'close');
-      reply.raw.once('finish', () => drainRest(request.raw));
+      closeAfterDrain(request.raw);
     }
     return payload;
   });
