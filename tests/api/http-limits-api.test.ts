@@ -10,6 +10,8 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { WebSocket } from 'ws';
 import { RateLimitedError, Sandbox } from '../../packages/sdk/src/index.js';
+import { DEFAULT_HTTP_LIMITS } from '../../packages/server/src/http/http-limits.js';
+import { loadConfig } from '../../packages/server/src/main.js';
 import { type Harness, startHarness } from './api-harness.js';
 
 /** Log lines of the server (level, msg, code), kept to check how rejections are logged. */
@@ -308,4 +310,29 @@ test('a DELETE with content-type application/json and no body is a DELETE', asyn
   });
   expect(res.status, await res.clone().text()).toBe(204);
   expect(await sandbox.files.exists('/root/to-remove')).toBe(false);
+});
+
+test('loadConfig reads the limits from BURROW_HTTP_* and refuses a zero headers or idle timeout', () => {
+  const config = loadConfig({
+    BURROW_HTTP_HEADERS_TIMEOUT_MS: '1000',
+    BURROW_HTTP_IDLE_TIMEOUT_MS: '2000',
+    BURROW_HTTP_REQUEST_TIMEOUT_MS: '0',
+    BURROW_HTTP_MIN_BODY_BYTES_PER_SEC: '10',
+    BURROW_HTTP_BODY_RATE_WINDOW_MS: '3000',
+    BURROW_HTTP_MAX_CONNECTIONS_PER_ADDRESS: '4',
+    BURROW_HTTP_MAX_REQUESTS_PER_KEY: '5',
+  });
+  expect(config.httpLimits).toEqual({
+    headersTimeoutMs: 1000,
+    idleTimeoutMs: 2000,
+    requestTimeoutMs: 0,
+    minBodyBytesPerSec: 10,
+    bodyRateWindowMs: 3000,
+    maxConnectionsPerAddress: 4,
+    maxRequestsPerKey: 5,
+  });
+  expect(loadConfig({}).httpLimits).toEqual(DEFAULT_HTTP_LIMITS);
+  expect(() => loadConfig({ BURROW_HTTP_IDLE_TIMEOUT_MS: '0' })).toThrow(
+    'BURROW_HTTP_IDLE_TIMEOUT_MS must be positive',
+  );
 });
