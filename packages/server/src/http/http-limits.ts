@@ -11,21 +11,21 @@ export const UNLIMITED_BODY_BYTES = Number.MAX_SAFE_INTEGER;
 
 /** How long and how many: the server's defences against slow and greedy clients. All configurable (loadConfig). */
 export interface HttpLimits {
-  /** A request's headers must arrive within this, ms (Node's `headersTimeout`). @default 20_000 */
+  /** A request's headers must arrive within this, ms (Node's `headersTimeout`). @default 20_000 (20 s) */
   headersTimeoutMs: number;
-  /** A kept-alive connection with no request in flight closes after this, ms. @default 5_000 */
+  /** A kept-alive connection with no request in flight closes after this, ms. @default 5_000 (5 s) */
   idleTimeoutMs: number;
   /**
    * A bounded (JSON) request body must arrive within this of the request's start, ms; streamed uploads have no
-   * deadline, only {@link minBodyBytesPerSec}. 0: no deadline. @default 60_000
+   * deadline, only {@link minBodyBytesPerSec}. 0: no deadline. @default 60_000 (1 minute)
    */
   requestTimeoutMs: number;
   /**
    * Least average rate of any request body over each {@link bodyRateWindowMs}, bytes/s (time the server holds the
-   * body back does not count). 0: no minimum. @default 1024
+   * body back does not count). 0: no minimum. @default 1024 (1 KiB/s)
    */
   minBodyBytesPerSec: number;
-  /** Window of the {@link minBodyBytesPerSec} check, ms. @default 30_000 */
+  /** Window of the {@link minBodyBytesPerSec} check, ms. @default 30_000 (30 s) */
   bodyRateWindowMs: number;
   /** Open connections one client address may hold; more get 429 `rate_limited` and are closed. 0: no cap. @default 256 */
   maxConnectionsPerAddress: number;
