@@ -1,7 +1,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
+import { DEFAULT_HTTP_LIMITS, type HttpLimits } from '../../packages/server/src/http/http-limits.js';
 import { type Burrow, createBurrow, loadConfig } from '../../packages/server/src/main.js';
 import { FakeDriver } from '../../packages/server/src/testing/fake-driver.js';
 import { FakeTemplateBuilder } from '../../packages/server/src/testing/fake-template-builder.js';
@@ -20,7 +21,13 @@ export interface Harness {
 }
 
 export async function startHarness(
-  options: { bodyLimitBytes?: number; orphanGraceMs?: number; clock?: Clock } = {},
+  options: {
+    bodyLimitBytes?: number;
+    orphanGraceMs?: number;
+    clock?: Clock;
+    httpLimits?: Partial<HttpLimits>;
+    logger?: Logger;
+  } = {},
 ): Promise<Harness> {
   const dataDir = await mkdtemp(join(tmpdir(), 'burrow-api-'));
   const driver = new FakeDriver(join(dataDir, 'fake-sandboxes'));
@@ -32,12 +39,13 @@ export async function startHarness(
       // Orphans are reaped on the first pass here; the grace period has its own tests.
       orphanGraceMs: options.orphanGraceMs ?? 0,
       ...(options.bodyLimitBytes === undefined ? {} : { bodyLimitBytes: options.bodyLimitBytes }),
+      ...(options.httpLimits === undefined ? {} : { httpLimits: { ...DEFAULT_HTTP_LIMITS, ...options.httpLimits } }),
     },
   );
   const burrow = await createBurrow(config, {
     driver,
     templateBuilder: builder,
-    logger: pino({ level: process.env.BURROW_TEST_LOG ?? 'silent' }),
+    logger: options.logger ?? pino({ level: process.env.BURROW_TEST_LOG ?? 'silent' }),
     ...(options.clock === undefined ? {} : { clock: options.clock }),
     capacity: { cpuCount: () => 2, memoryMiB: () => 4096, freeDiskMiB: async () => 100_000 },
   });

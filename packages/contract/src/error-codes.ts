@@ -84,6 +84,17 @@ export const ErrorCode = {
    * which this server does not send to unless its operator allows it (`BURROW_WEBHOOK_ALLOW_PRIVATE=1`).
    */
   webhookUrlForbidden: 'webhook_url_forbidden',
+  /**
+   * The request did not arrive in time: its body came slower than the server's minimum rate
+   * (`BURROW_HTTP_MIN_BODY_BYTES_PER_SEC` over `BURROW_HTTP_BODY_RATE_WINDOW_MS`), or a JSON body took longer than
+   * `BURROW_HTTP_REQUEST_TIMEOUT_MS`. The connection is closed after this answer.
+   */
+  requestTimeout: 'request_timeout',
+  /**
+   * Too many connections from this address, or requests in flight for this key, at once
+   * (`BURROW_HTTP_MAX_CONNECTIONS_PER_ADDRESS`, `BURROW_HTTP_MAX_REQUESTS_PER_KEY`); retry after `Retry-After` seconds.
+   */
+  rateLimited: 'rate_limited',
   /** Anything unexpected; the server log carries the details under the request id. */
   internal: 'internal_error',
 } as const;
@@ -128,5 +139,7 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   quota_exceeded: 429,
   webhook_not_found: 404,
   webhook_url_forbidden: 422,
+  request_timeout: 408,
+  rate_limited: 429,
   internal_error: 500,
 };

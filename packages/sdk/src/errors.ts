@@ -137,6 +137,17 @@ export class WebhookUrlForbiddenError extends BurrowError {}
 /** The sandbox is quarantined: exec, writes, commands, fork, reset and delete need an admin key until released. */
 export class SandboxQuarantinedError extends BurrowError {}
 
+/**
+ * The request's body arrived slower than the server's minimum rate, or a JSON body took too long
+ * (`request_timeout`, HTTP 408); the server closed the connection.
+ */
+export class RequestTimeoutError extends BurrowError {}
+/**
+ * Too many connections from this address or requests in flight for this key at once (`rate_limited`, HTTP 429);
+ * retry after a second or two.
+ */
+export class RateLimitedError extends BurrowError {}
+
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
 const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
@@ -176,6 +187,8 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   webhook_not_found: WebhookNotFoundError,
   webhook_url_forbidden: WebhookUrlForbiddenError,
   sandbox_quarantined: SandboxQuarantinedError,
+  request_timeout: RequestTimeoutError,
+  rate_limited: RateLimitedError,
   internal_error: ServerError,
 };
 

@@ -26,6 +26,13 @@ describe('HttpClient on Node (node:http path)', () => {
         return;
       }
       used.add(req.socket);
+      if (req.url?.startsWith('/v1/refuse')) {
+        // An early refusal that leaves the rest of the body unread on a kept-alive connection (as any server may).
+        req.once('data', () => req.pause());
+        res.writeHead(507, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { code: 'no_space', message: 'disk full', requestId: 'req_2' } }));
+        return;
+      }
       const chunks: Buffer[] = [];
       req.on('data', (chunk: Buffer) => chunks.push(chunk));
       req.on('end', () => {
@@ -39,6 +46,8 @@ describe('HttpClient on Node (node:http path)', () => {
         res.end(JSON.stringify({ method: req.method, body: Buffer.concat(chunks).toString('utf8'), tenant }));
       });
     });
+    // Kept-alive sockets stay open long enough for a call stuck behind an unread body to show.
+    server.keepAliveTimeout = 60_000;
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   });
@@ -60,6 +69,29 @@ describe('HttpClient on Node (node:http path)', () => {
     expect(await http.json(Echo, 'POST', '/stale', { json: { b: 2 } })).toEqual({ method: 'POST', body: '{"b":2}' });
     expect(resetsLeft).toBe(0);
     expect(requests - before).toBe(2);
+  });
+
+  it('never reuses the connection of an upload the server refused before reading it all', async () => {
+    const http = new HttpClient({ apiUrl, apiKey: 'bk_test' });
+    // Small enough to be all sent (into socket buffers) before the answer: the connection looks reusable.
+    const chunk = Buffer.alloc(64 * 1024, 1);
+    const bodies = [
+      Buffer.alloc(256 * 1024, 1),
+      (async function* () {
+        for (let i = 0; i < 4; i++) yield chunk;
+      })(),
+    ];
+    for (const body of bodies) {
+      await expect(http.json(Echo, 'PUT', '/refuse', { body })).rejects.toMatchObject({ code: 'no_space' });
+      for (let i = 0; i < 20; i++) {
+        const call =
+          i % 2 === 0
+            ? http.json(Echo, 'GET', '/echo')
+            : http.json(Echo, 'PUT', '/echo', { body: new TextEncoder().encode(`call ${i}`) });
+        const late = new Promise((_, reject) => setTimeout(() => reject(new Error(`call ${i} hung`)), 3000).unref());
+        await Promise.race([call, late]);
+      }
+    }
   });
 
   it('sends X-Burrow-Tenant when a tenant is set, and none otherwise', async () => {

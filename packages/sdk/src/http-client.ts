@@ -65,9 +65,10 @@ export class HttpClient {
       body = JSON.stringify(options.json);
     } else if (options.body !== undefined) {
       headers['content-type'] = options.contentType ?? 'application/octet-stream';
-      if (isNodeFetch(this.connection.fetch) && !(options.body instanceof Uint8Array)) {
+      if (isNodeFetch(this.connection.fetch)) {
         // Node's fetch (undici) does not wait for the socket to drain while it sends a streamed body: a 1 GiB upload
-        // grew the client by 1 GiB. node:http with pipeline keeps to one socket buffer.
+        // grew the client by 1 GiB. node:http with pipeline keeps to one socket buffer. Buffers go the same way:
+        // there the connection of a refused upload is closed, never reused (see nodeHttpRequest).
         const url = this.url(path, options.query);
         let response: Response;
         try {
@@ -252,6 +253,7 @@ async function bufferedNodeRequest(
     let answered = false;
     request.on('response', (res) => {
       answered = true;
+      if (body !== undefined) endUnlessSent(request, res);
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
       res.on('error', reject);
@@ -276,16 +278,18 @@ function isNodeFetch(fetch: typeof globalThis.fetch): boolean {
   return fetch === globalThis.fetch && typeof process !== 'undefined' && typeof process.versions?.node === 'string';
 }
 
-/** Send a streamed body with node:http (honours backpressure), answering a web {@link Response}. */
+/** Send a body with node:http (a stream with backpressure), answering a web {@link Response}. */
 async function sendStreamWithNodeHttp(
   method: string,
   url: URL,
   headers: Record<string, string>,
-  body: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+  body: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
   signal: AbortSignal | undefined,
 ): Promise<Response> {
   const { Readable } = await import('node:stream');
-  const res = await nodeHttpRequest(method, url, { ...headers, 'transfer-encoding': 'chunked' }, body, signal);
+  const length =
+    body instanceof Uint8Array ? { 'content-length': String(body.byteLength) } : { 'transfer-encoding': 'chunked' };
+  const res = await nodeHttpRequest(method, url, { ...headers, ...length }, body, signal);
   const responseHeaders = new Headers();
   for (const [key, value] of Object.entries(res.headers)) {
     if (typeof value === 'string') responseHeaders.set(key, value);
@@ -299,13 +303,14 @@ async function sendStreamWithNodeHttp(
 
 /**
  * One request with node:http: the body (if any) is piped with backpressure; a Node `Readable` is piped as it is (no
- * re-wrapping: one hop per chunk). Resolves with the response as soon as its head arrives.
+ * re-wrapping: one hop per chunk). Resolves with the response as soon as its head arrives. The connection of a
+ * request whose body the server may not have read ({@link keepsConnection}) is closed after its response.
  */
 async function nodeHttpRequest(
   method: string,
   url: URL,
   headers: Record<string, string>,
-  body: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array> | undefined,
+  body: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array> | undefined,
   signal: AbortSignal | undefined,
 ): Promise<import('node:http').IncomingMessage> {
   const http = await import(url.protocol === 'https:' ? 'node:https' : 'node:http');
@@ -313,10 +318,17 @@ async function nodeHttpRequest(
   const { pipeline } = await import('node:stream/promises');
   return new Promise((resolve, reject) => {
     const request = http.request(url, { method, headers, signal });
-    request.on('response', resolve);
+    request.on('response', (res: import('node:http').IncomingMessage) => {
+      if (body !== undefined) endUnlessSent(request, res);
+      resolve(res);
+    });
     request.on('error', reject);
     if (body === undefined) {
       request.end();
+      return;
+    }
+    if (body instanceof Uint8Array) {
+      request.end(body);
       return;
     }
     const source =
@@ -327,6 +339,27 @@ async function nodeHttpRequest(
           : Readable.from(body);
     pipeline(source, request).catch(reject);
   });
+}
+
+/**
+ * Whether the connection of a request with a body may serve another request after `res`: only when the server
+ * answered 2xx (it read the whole body) and the request was all sent. Any other answer may have come before the
+ * server read the body, whose unread rest would then precede the next request on that connection: the server takes
+ * it for the next request's start, and that call waits until the server's idle timeout resets the connection.
+ */
+function keepsConnection(
+  request: import('node:http').ClientRequest,
+  res: import('node:http').IncomingMessage,
+): boolean {
+  const status = res.statusCode ?? 0;
+  return status >= 200 && status < 300 && request.writableFinished;
+}
+
+/** Closes the connection of `request` once `res` is read, unless {@link keepsConnection}; stops sending the body. */
+function endUnlessSent(request: import('node:http').ClientRequest, res: import('node:http').IncomingMessage): void {
+  if (keepsConnection(request, res)) return;
+  request.shouldKeepAlive = false;
+  res.once('end', () => request.destroy());
 }
 
 /** An async iterable of bytes as a web stream (pulled as the request is sent: backpressure holds). */

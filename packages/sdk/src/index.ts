@@ -59,6 +59,8 @@ export {
   PermissionDeniedError,
   ProtocolError,
   QuotaExceededError,
+  RateLimitedError,
+  RequestTimeoutError,
   RouteNotFoundError,
   SandboxNotFoundError,
   SandboxNotRunningError,

@@ -1,5 +1,6 @@
 export { type AppOptions, buildApp, SERVER_VERSION } from './http/app.js';
 export { mapError } from './http/error-mapping.js';
+export { DEFAULT_HTTP_LIMITS, type HttpLimits } from './http/http-limits.js';
 export type { ZodApp } from './http/zod-app.js';
 export { type ReconcileReport, Reconciler } from './lifecycle/reconciler.js';
 export { decideSandbox, expiresAtFor, findOrphans } from './lifecycle/ttl-policy.js';

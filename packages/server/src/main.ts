@@ -6,6 +6,7 @@ import { GvisorDriver, type GvisorPlatform, loadImageKey } from '@burrow/runtime
 import { type Logger, pino } from 'pino';
 import { DEFAULT_HEAP_HEADROOM_MIB, installHeapHeadroom } from './heap-headroom.js';
 import { buildApp } from './http/app.js';
+import { DEFAULT_HTTP_LIMITS, type HttpLimits } from './http/http-limits.js';
 import type { ZodApp } from './http/zod-app.js';
 import { ActivityTracker } from './lifecycle/activity-tracker.js';
 import { ActorContext } from './lifecycle/actor-context.js';
@@ -60,6 +61,14 @@ export interface Config {
   logLevel: string;
   /** Largest JSON body, bytes. @default 16_777_216 (16 MiB) (BURROW_BODY_LIMIT_BYTES) */
   bodyLimitBytes: number;
+  /**
+   * Timeouts, minimum body rate and connection caps of the HTTP server (README "Configuration"):
+   * BURROW_HTTP_HEADERS_TIMEOUT_MS (20_000), BURROW_HTTP_IDLE_TIMEOUT_MS (5_000), BURROW_HTTP_REQUEST_TIMEOUT_MS
+   * (60_000), BURROW_HTTP_MIN_BODY_BYTES_PER_SEC (1024), BURROW_HTTP_BODY_RATE_WINDOW_MS (30_000),
+   * BURROW_HTTP_MAX_CONNECTIONS_PER_ADDRESS (256), BURROW_HTTP_MAX_REQUESTS_PER_KEY (128); 0 turns a check off
+   * (not the headers and idle timeouts).
+   */
+  httpLimits: HttpLimits;
   /** Time between reconcile passes, ms. @default 30_000 (30 s) (BURROW_RECONCILE_INTERVAL_MS) */
   reconcileIntervalMs: number;
   /**
@@ -115,6 +124,37 @@ function intFrom(value: string | undefined, name: string, fallback: number): num
   return n;
 }
 
+/** {@link HttpLimits} from BURROW_HTTP_* variables, each defaulting to {@link DEFAULT_HTTP_LIMITS}. */
+function httpLimitsFrom(env: Readonly<Record<string, string | undefined>>): HttpLimits {
+  const d = DEFAULT_HTTP_LIMITS;
+  const positive = (name: string, fallback: number) => {
+    const n = intFrom(env[name], name, fallback);
+    if (n === 0) throw new RangeError(`${name} must be positive, got 0`);
+    return n;
+  };
+  return {
+    headersTimeoutMs: positive('BURROW_HTTP_HEADERS_TIMEOUT_MS', d.headersTimeoutMs),
+    idleTimeoutMs: positive('BURROW_HTTP_IDLE_TIMEOUT_MS', d.idleTimeoutMs),
+    requestTimeoutMs: intFrom(env.BURROW_HTTP_REQUEST_TIMEOUT_MS, 'BURROW_HTTP_REQUEST_TIMEOUT_MS', d.requestTimeoutMs),
+    minBodyBytesPerSec: intFrom(
+      env.BURROW_HTTP_MIN_BODY_BYTES_PER_SEC,
+      'BURROW_HTTP_MIN_BODY_BYTES_PER_SEC',
+      d.minBodyBytesPerSec,
+    ),
+    bodyRateWindowMs: positive('BURROW_HTTP_BODY_RATE_WINDOW_MS', d.bodyRateWindowMs),
+    maxConnectionsPerAddress: intFrom(
+      env.BURROW_HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+      'BURROW_HTTP_MAX_CONNECTIONS_PER_ADDRESS',
+      d.maxConnectionsPerAddress,
+    ),
+    maxRequestsPerKey: intFrom(
+      env.BURROW_HTTP_MAX_REQUESTS_PER_KEY,
+      'BURROW_HTTP_MAX_REQUESTS_PER_KEY',
+      d.maxRequestsPerKey,
+    ),
+  };
+}
+
 /**
  * Build the config from `env` (normally `process.env`) and `overrides`.
  * @throws RangeError when a numeric variable is not a non-negative integer, or the platform is unknown
@@ -139,6 +179,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     logLevel: overrides.logLevel ?? env.BURROW_LOG_LEVEL ?? 'info',
     bodyLimitBytes:
       overrides.bodyLimitBytes ?? intFrom(env.BURROW_BODY_LIMIT_BYTES, 'BURROW_BODY_LIMIT_BYTES', 16 * 1024 * 1024),
+    httpLimits: overrides.httpLimits ?? httpLimitsFrom(env),
     reconcileIntervalMs:
       overrides.reconcileIntervalMs ??
       intFrom(env.BURROW_RECONCILE_INTERVAL_MS, 'BURROW_RECONCILE_INTERVAL_MS', 30_000),
@@ -383,7 +424,13 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     warningMs: config.expiryWarningMs,
     busyProbe: (record) => hasRunningCommand(driver, services.commands, record.id),
   });
-  const app = await buildApp({ services, logger, bodyLimitBytes: config.bodyLimitBytes, actors });
+  const app = await buildApp({
+    services,
+    logger,
+    bodyLimitBytes: config.bodyLimitBytes,
+    httpLimits: config.httpLimits,
+    actors,
+  });
   return {
     app,
     services,

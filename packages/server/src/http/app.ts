@@ -21,6 +21,13 @@ import { registerCommandStreamRoutes } from './command-stream-routes.js';
 import { mapError } from './error-mapping.js';
 import { registerExecStreamRoutes } from './exec-stream-routes.js';
 import { registerFileRoutes } from './file-routes.js';
+import {
+  DEFAULT_HTTP_LIMITS,
+  type HttpLimits,
+  registerHttpLimits,
+  registerKeyRequestCap,
+  serverTimeouts,
+} from './http-limits.js';
 import { registerHygieneRoutes, registerMetricsRoute, registerQuarantineGuard } from './hygiene-routes.js';
 import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
@@ -43,6 +50,8 @@ export interface AppOptions {
   logger: Logger;
   /** Largest JSON body, bytes. @default 16 MiB */
   bodyLimitBytes?: number;
+  /** Timeouts, minimum body rate and connection caps. @default {@link DEFAULT_HTTP_LIMITS} */
+  httpLimits?: HttpLimits;
   /** Names the calling key as the actor of the events a request causes (absent: events say `system`). */
   actors?: ActorContext;
 }
@@ -54,7 +63,9 @@ export interface AppOptions {
  */
 export async function buildApp(options: AppOptions): Promise<ZodApp> {
   const { services } = options;
+  const limits = options.httpLimits ?? DEFAULT_HTTP_LIMITS;
   const app = Fastify({
+    ...serverTimeouts(limits),
     loggerInstance: options.logger as FastifyBaseLogger,
     bodyLimit: options.bodyLimitBytes ?? 16 * 1024 * 1024,
     genReqId: () => newId('req'),
@@ -65,6 +76,13 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
   app.setSerializerCompiler(serializerCompiler);
   app.decorateRequest('principal', null);
   app.removeContentTypeParser('text/plain');
+  // An empty JSON body on a route that takes none (a DELETE sent with content-type application/json) is no body.
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if (body === '' && request.routeOptions.schema?.body === undefined) done(null, undefined);
+    else parseJson(request, body as string, done);
+  });
 
   await app.register(fastifySwagger, {
     openapi: {
@@ -99,6 +117,9 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+  });
+  registerHttpLimits(app, limits);
+  app.addHook('onRequest', async (request) => {
     const route = request.routeOptions.url;
     if (route === undefined || PUBLIC_ROUTES.has(route)) return;
     const secret = bearerSecret(request.headers.authorization);
@@ -109,6 +130,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     }
     request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
+  registerKeyRequestCap(app, limits);
   registerQuarantineGuard(app, services);
   registerActivityHook(app, services);
   registerUnknownQueryGuard(app);

@@ -28,11 +28,10 @@ import { mapFsError } from '../services/file-service.js';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
 import { ERROR_RESPONSES } from './error-responses.js';
+import { UNLIMITED_BODY_BYTES } from './http-limits.js';
 import { principalOf } from './principal.js';
 import type { ZodApp } from './zod-app.js';
 
-/** Raw bodies (files, archives) are streamed to disk: no size limit beyond the sandbox disk. */
-const UNLIMITED_BODY_BYTES = Number.MAX_SAFE_INTEGER;
 /** Interval of SSE keep-alive comments and sandbox liveness checks on a watch stream, in ms. */
 const WATCH_HEARTBEAT_MS = 15_000;
 

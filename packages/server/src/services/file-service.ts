@@ -122,9 +122,21 @@ export class FileService {
     const source = new PassThrough({ highWaterMark: IO_CHUNK_BYTES });
     // Not pipeline(): ending `source` for a pause must leave the request alone (the 409 is still to be sent).
     body.pipe(source);
-    body.once('error', (error) => source.destroy(error));
+    // Why the request body failed (too slow, cut short by the client): the answer, rather than the file system
+    // error the write then reports. The client's doing, logged as a rejection, not as a server failure.
+    let bodyFailure: ApiError | undefined;
+    body.once('error', (error) => {
+      if (error instanceof ApiError) bodyFailure = error;
+      source.destroy(error);
+    });
     body.once('close', () => {
-      if (!body.readableEnded) source.destroy(new Error('the client ended the upload before its end'));
+      if (body.readableEnded) return;
+      bodyFailure ??= new ApiError(
+        ErrorCode.invalidRequest,
+        'the client closed the connection before the end of the upload',
+        { hint: 'send the whole body; nothing of a cut-short upload is kept' },
+      );
+      source.destroy(bodyFailure);
     });
     const interrupted = new Error(`sandbox ${id} is pausing, stopping or being deleted`);
     return this.withTransfer(id, caller, 'upload', async (fs, transfer) => {
@@ -134,6 +146,8 @@ export class FileService {
       });
       try {
         return await fn(fs, source);
+      } catch (error) {
+        throw bodyFailure ?? error;
       } finally {
         transfer.end();
       }
