@@ -1,5 +1,5 @@
 /**
- * Issue 17's start-up cost: the CPU time (user + sys) of one `burrow --version`, one `burrow exec ID -- true` and one
+ * The CLI's start-up cost: the CPU time (user + sys) of one `burrow --version`, one `burrow exec ID -- true` and one
  * `import('@burrow/sdk')`, each against bare Node (`node -e 1`) measured in the same iteration. Agents shell out to
  * `burrow` per step, so what a call spends before its request is paid on every step.
  *
@@ -45,7 +45,7 @@ export async function benchCli(
   conn: { apiUrl: string; apiKey: string },
   options: { iterations: number; repo: string; log: (message: string) => void },
 ): Promise<CliRow[]> {
-  const bin = join(options.repo, 'packages', 'cli', 'dist', 'bin.js');
+  const bin = join(options.repo, 'packages', 'cli', 'bundle', 'bin.js');
   const env = { ...process.env, BURROW_URL: conn.apiUrl, BURROW_API_KEY: conn.apiKey };
   const run = (argv: readonly string[]) => cpuMs(argv, { cwd: options.repo, env });
   const sandbox = await Sandbox.create({ ...conn, template: 'base', timeoutMs: 600_000 });
@@ -72,8 +72,8 @@ export async function benchCli(
     return { metric, ours, raw, ratio: Math.round((ours.p50 / raw.p50) * 100) / 100, target };
   };
   return [
-    row('CLI CPU, `burrow --version` (user+sys ms; raw: `node -e 1`)', version, `p50 ≤ raw + 100 ms (issue 17)`),
-    row('CLI CPU, `burrow exec ID -- true` (user+sys ms; raw: `node -e 1`)', exec, `p50 ≤ raw + 100 ms (issue 17)`),
+    row('CLI CPU, `burrow --version` (user+sys ms; raw: `node -e 1`)', version, 'p50 ≤ raw + 100 ms'),
+    row('CLI CPU, `burrow exec ID -- true` (user+sys ms; raw: `node -e 1`)', exec, 'p50 ≤ raw + 100 ms'),
     row("SDK import CPU, `import('@burrow/sdk')` (user+sys ms; raw: `node -e 1`)", sdk, '—'),
   ];
 }

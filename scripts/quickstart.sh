@@ -22,7 +22,7 @@ if ! cmp -s package-lock.json node_modules/.burrow-installed-lock 2>/dev/null; t
 fi
 npm run build
 say "3/5 burrow setup (database, admin key, base template)"
-node packages/cli/dist/bin.js setup --data-dir "$DATA_DIR"
+node packages/cli/bundle/bin.js setup --data-dir "$DATA_DIR"
 
 say "4/5 burrow server"
 started_here=no
@@ -30,7 +30,7 @@ if curl -fsS "$BURROW_URL/v1/health" >/dev/null 2>&1; then
   echo "a Burrow server already answers at $BURROW_URL; using it" >&2
 else
   started_here=yes
-  nohup node packages/cli/dist/bin.js server --data-dir "$DATA_DIR" --port "$PORT" >>"$DATA_DIR/server.log" 2>&1 &
+  nohup node packages/cli/bundle/bin.js server --data-dir "$DATA_DIR" --port "$PORT" >>"$DATA_DIR/server.log" 2>&1 &
   echo $! >"$DATA_DIR/server.pid"
   for _ in $(seq 1 100); do curl -fsS "$BURROW_URL/v1/health" >/dev/null 2>&1 && break; sleep 0.2; done
   curl -fsS "$BURROW_URL/v1/health" >/dev/null || { echo "the server did not start; see $DATA_DIR/server.log" >&2; exit 1; }

@@ -1,8 +1,8 @@
-/** Runs the BUILT CLI (`node packages/cli/dist/bin.js`) as a child process and collects its output as bytes. */
+/** Runs the BUILT CLI (`node packages/cli/bundle/bin.js`) as a child process and collects its output as bytes. */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-export const CLI_BIN = fileURLToPath(new URL('../../packages/cli/dist/bin.js', import.meta.url));
+export const CLI_BIN = fileURLToPath(new URL('../../packages/cli/bundle/bin.js', import.meta.url));
 
 export interface CliRun {
   code: number | null;

@@ -16,7 +16,7 @@ import { RunscCli } from '../../packages/runtime-gvisor/src/runsc-cli.js';
 import { TEST_TEMPLATES_DIR } from './burrow-test-server.js';
 
 /** The built CLI entry (`burrow`). */
-export const CLI_BIN = fileURLToPath(new URL('../../packages/cli/dist/bin.js', import.meta.url));
+export const CLI_BIN = fileURLToPath(new URL('../../packages/cli/bundle/bin.js', import.meta.url));
 
 /** A started `burrow server` process. */
 export interface ServerProcess {
