@@ -6,10 +6,10 @@ import type { Resources } from '@burrow/contract';
 import { CheckpointRejectedError, type TemplateRef } from '@burrow/runtime';
 import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { SPAWN_FIFO } from './gvisor-checkpoint.js';
 import { GvisorDriver } from './gvisor-driver.js';
 import { findSandboxCgroups, loopDevicesUnder, mountsUnder, runtimeProcesses } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
+import { SPAWN_FIFO } from './spawner.js';
 import { buildTemplate } from './template-builder.js';
 
 const TEST_TEMPLATES_DIR = '/var/tmp/burrow-test-templates';

@@ -30,7 +30,7 @@ import { explainBlockers, HostSocketOpenError } from './checkpoint-blockers.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { ExecExitReasons } from './exec-exit-reason.js';
 import { ensureGuestIdentity } from './guest-identity-files.js';
-import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
+import { GvisorCheckpointer } from './gvisor-checkpoint.js';
 import { assertNoHostFds, clearRunscExecMark, markRunscExec } from './host-fd-scan.js';
 import {
   cgroupChildren,
@@ -57,6 +57,7 @@ import { buildOciSpec, TMP_MEMORY_SHARE } from './oci-spec.js';
 import { abortError, tail } from './run-command.js';
 import { type GvisorPlatform, RunscCli } from './runsc-cli.js';
 import { startSandboxProcess } from './sandbox-process.js';
+import { SPAWNER_ARGV, spawnRequestArgv } from './spawner.js';
 
 /** Parent cgroup of every sandbox: `/burrow/<sandboxId>` in each v1 hierarchy. */
 /** Parent of every Burrow instance's cgroups; each instance (data dir) has its own child, see `cgroupParent`. */
