@@ -110,8 +110,9 @@ export class AgentExec {
   /**
    * The agent's control connection for an exec, or null: then exec falls back to `runsc exec`. An agent still
    * connecting after a start, resume, fork or checkpoint is waited for until {@link AGENT_EXEC_WAIT_MS} after
-   * its container started (or its listener opened again after a checkpoint); after a server restart the listener is opened here and the agent, which retries every
-   * 100 ms, is waited for briefly. A sandbox whose agent does not come (made before it existed) is logged once.
+   * its container started (or its listener opened again after a checkpoint); after a server restart the listener
+   * is opened here and the agent, which retries every 100 ms, is waited for briefly. A sandbox whose agent does not
+   * come (one made without it) is logged once.
    */
   private async control(sandboxId: string): Promise<Socket | null> {
     const connected = await this.hub.control(sandboxId, 0);

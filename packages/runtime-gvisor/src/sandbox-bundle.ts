@@ -154,7 +154,10 @@ export async function prepareBundle(
   if (await deps.agents.listen(sandboxId).catch(() => false)) made.push(() => deps.agents.hub.close(sandboxId));
 }
 
-/** Set the CPU limit recorded in the running container's bundle in `bundleDir` ({@link CPU_COUNT_ANNOTATION}), if it has one. */
+/**
+ * Set the CPU limit recorded in the running container's bundle in `bundleDir` ({@link CPU_COUNT_ANNOTATION}), if it
+ * has one.
+ */
 export async function enforceRecordedCpuLimit(
   cgroups: SandboxCgroups,
   bundleDir: string,

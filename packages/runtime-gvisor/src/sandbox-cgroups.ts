@@ -4,9 +4,12 @@ import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { cgroupChildren, cgroupDirs, removeEmptyCgroupParent } from './host-plumbing.js';
 
-/** Parent of every Burrow instance's cgroups; each instance (data dir) has its own child, see {@link SandboxCgroups.parent}. */
+/**
+ * Parent of every Burrow instance's cgroups; each instance (data dir) has its own child, see
+ * {@link SandboxCgroups.parent}.
+ */
 export const CGROUP_PARENT = 'burrow';
-/** See {@link GvisorDriverOptions.cgroupOwnersDir}. */
+/** See `GvisorDriverOptions.cgroupOwnersDir`. */
 const DEFAULT_CGROUP_OWNERS_DIR = '/run/burrow/cgroup-parents';
 
 /** The 12 hex of an instance's cgroup parent `burrow/<hash>`: sha256 of its data dir's absolute path. */
@@ -26,7 +29,7 @@ export class SandboxCgroups {
    * on one host never see, count or reap each other's sandboxes.
    */
   readonly parent: string;
-  /** See {@link GvisorDriverOptions.cgroupOwnersDir}. */
+  /** See `GvisorDriverOptions.cgroupOwnersDir`. */
   private readonly ownersDir: string;
   /** The owner record of this instance's cgroup parent, written once before the first sandbox starts. */
   private ownerRecorded: Promise<void> | null = null;
