@@ -17,7 +17,7 @@ export interface ManifestFile {
   /** SHA-256 (hex) of the content; `''` while the manifest's {@link CheckpointManifest.checksumsPending} is set. */
   sha256: string;
   /**
-   * Identity of the file on this host when the manifest was sealed (absent in manifests from before it existed).
+   * Identity of the file on this host when the manifest was sealed (absent in manifests sealed without fingerprints).
    * A resume of a local pause image whose every file still has it skips re-hashing; see {@link verifyState}.
    */
   fingerprint?: FileFingerprint;
@@ -89,6 +89,11 @@ export interface StateLocation {
   diskPath: string;
   /** `manifest.json`. */
   manifestPath: string;
+}
+
+/** Layout of a snapshot directory: `manifest.json`, `disk.img`, `image/`. */
+export function snapshotLocation(dir: string): StateLocation {
+  return { imageDir: join(dir, 'image'), diskPath: join(dir, 'disk.img'), manifestPath: join(dir, 'manifest.json') };
 }
 
 /** The runtime build a checkpoint needs: version line and platform. */

@@ -12,8 +12,8 @@ describe('inspectOverlayUpper (host directories standing in for an overlay)', ()
   });
 
   it("lists the sandbox's own changes, not Burrow's agent mount point or upload staging, but counts their bytes", async () => {
-    // Found by a new user: `burrow inspect` listed `/.burrow-agent` (the exec agent's mount point) as a file the
-    // sandbox added since its template.
+    // `/.burrow-agent` (the exec agent's mount point) is Burrow's, not a file the sandbox added since its
+    // template: `burrow inspect` must not list it.
     dir = await mkdtemp(join(tmpdir(), 'burrow-inspect-test-'));
     const lower = join(dir, 'lower');
     const upper = join(dir, 'upper');

@@ -182,7 +182,7 @@ describe('exec agent (real runsc)', { timeout: 240_000 }, () => {
 
   it('a checkpoint quiesces connections not identified yet; one held open fails it clearly and the sandbox runs on', async () => {
     // A connection to the agent socket whose hello the host has not read yet (the agent reconnecting as a pause
-    // begins: CI chaos seed 761087840) must be told to quiesce too: gVisor cannot save an open host socket.
+    // begins; reproduced by chaos seed 761087840) must be told to quiesce too: gVisor cannot save an open host socket.
     const client = (onQuiesce: 'close' | 'ignore', marker: string): string =>
       [
         'import socket, time',

@@ -10,8 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cgroupParentHash, GvisorDriver } from './gvisor-driver.js';
+import { GvisorDriver } from './gvisor-driver.js';
 import { cgroupDirs } from './host-plumbing.js';
+import { cgroupParentHash } from './sandbox-cgroups.js';
 import { buildTemplate } from './template-builder.js';
 
 const TEST_TEMPLATES_DIR = '/var/tmp/burrow-test-templates';

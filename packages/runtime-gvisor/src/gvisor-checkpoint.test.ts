@@ -6,10 +6,10 @@ import type { Resources } from '@burrow/contract';
 import { CheckpointRejectedError, type TemplateRef } from '@burrow/runtime';
 import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { SPAWN_FIFO } from './gvisor-checkpoint.js';
 import { GvisorDriver } from './gvisor-driver.js';
 import { findSandboxCgroups, loopDevicesUnder, mountsUnder, runtimeProcesses } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
+import { SPAWN_FIFO } from './spawner.js';
 import { buildTemplate } from './template-builder.js';
 
 const TEST_TEMPLATES_DIR = '/var/tmp/burrow-test-templates';
@@ -78,10 +78,10 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     await writeFile(join(driver.rootDir(id), 'root/counter.py'), COUNTER_SERVER);
     // Started from the init's tree: processes descended from an exec end when gVisor restores an image.
     await driver.spawn(id, { argv: ['python3', '/root/counter.py'], env: { PATH: '/usr/bin:/bin' }, cwd: '/root' });
-    // The rare hang of this file under load (issue 3) was this first request: a `runsc exec` of the client that
-    // never got an answer from a counter server still starting (runsc debug log: WaitPID for 228 s, until the
-    // sandbox was deleted); no checkpoint command was involved. So: ask only once the server listens, bound every
-    // request (ASK's timeout), and retry only this first one (which may then count 2).
+    // Under load the first request can hang (issue 3): a `runsc exec` of the client that never gets an answer
+    // from a counter server still starting (runsc debug log: WaitPID until the sandbox is deleted), with no
+    // checkpoint command involved. So: ask only once the server listens, bound every request (ASK's timeout),
+    // and retry only this first one (which may then count 2).
     let failures = '';
     for (let i = 0; i < 300; i++) {
       if ((await runInSandbox(driver, id, LISTENING)).exitCode === 0) {
@@ -128,8 +128,8 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
   });
 
   it('a spawn request made before the spawner FIFO exists waits for it and never stops the sandbox', async () => {
-    // Deterministic form of a race seen after create: the request used to create a plain file at the FIFO's
-    // path, the init's loop read it to its end and exited, and the sandbox stopped.
+    // Deterministic form of a race after create: a request that creates a plain file at the FIFO's path makes
+    // the init's loop read it to its end and exit, and the sandbox stops.
     const id = await create();
     // The init makes the FIFO shortly after create (that gap is the race): wait for it, then take it away.
     await sh(id, `while [ ! -p ${SPAWN_FIFO} ]; do sleep 0.02; done; rm ${SPAWN_FIFO}`);
@@ -209,9 +209,9 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
   });
 
   it('a gofer that dies before the end of the checkpoint fails the pause, with no pause image left', async () => {
-    // Chaos seed 149856408: a gofer killed during a pause; the pause answered ok and every resume then failed
-    // ("stopped right after restore"): the image saved a sandbox that could open no file. A wrapper kills the gofer
-    // as `runsc checkpoint` ends, before the driver goes on.
+    // A gofer killed during a pause must not yield a pause that answers ok while every resume fails ("stopped
+    // right after restore"): the image would save a sandbox that can open no file (reproduced by chaos seed
+    // 149856408). A wrapper kills the gofer as `runsc checkpoint` ends, before the driver goes on.
     const dir = await mkdtemp(join(tmpdir(), 'burrow-gofer-dies-'));
     const goferPidFile = join(dir, 'gofer.pid');
     const wrapper = await runscWrapper(
@@ -274,9 +274,9 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
   });
 
   it('a restore that fails leaves the image restorable: a retry resumes with memory and files', async () => {
-    // Found by a new user: one `runsc restore` failure (initFromOptions: bad file number, under load) mounted and
-    // unmounted the verified disk, which changed its bytes (ext4 mount times), so every retry was refused as
-    // "altered" and the sandbox's memory was lost. A runsc wrapper fails the first restore on purpose here.
+    // One `runsc restore` failure (initFromOptions: bad file number, under load) mounts and unmounts the verified
+    // disk, which changes its bytes (ext4 mount times); unless it is sealed again every retry is refused as
+    // "altered" and the sandbox's memory is lost. A runsc wrapper fails the first restore on purpose here.
     const flakyDir = await mkdtemp(join(tmpdir(), 'burrow-flaky-restore-'));
     const marker = join(flakyDir, 'fail-next-restore');
     const wrapper = await runscWrapper(
@@ -308,8 +308,9 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
   });
 
   it('settle releases a container a crash left between runsc create and start, never one of a create under way', async () => {
-    // Chaos seed 1557491096: a server killed 182 ms into a start left the container `created`; the restarted server
-    // saw it as running and nothing ever started it. A wrapper holds `runsc start` here, as the crash did.
+    // A server killed between runsc create and start leaves the container `created`; a restarted server must not
+    // take it as running, or nothing ever starts it (reproduced by chaos seed 1557491096, killed 182 ms in).
+    // A wrapper holds `runsc start` here, as the crash did.
     const dir = await mkdtemp(join(tmpdir(), 'burrow-held-start-'));
     const holdPid = join(dir, 'hold.pid');
     const wrapper = await runscWrapper(dir, 'start', `echo $$ > "${holdPid}"; exec sleep 600`);
@@ -394,7 +395,7 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
   });
 
   it('a container gets its own CPU limit once it runs: created, resumed, and as a fork child', async () => {
-    // runsc boots and restores a container on every host CPU (restores under a 1-CPU quota were ~35 % slower);
+    // runsc boots and restores a container on every host CPU (restores under a 1-CPU quota are ~35 % slower);
     // the driver sets the sandbox's limit right after. Checked in the cgroup itself after each way of starting.
     const quotaFile = async (id: string) => {
       const cpu = (await findSandboxCgroups('/sys/fs/cgroup', id)).find((d) => d.includes('/cpu/'));

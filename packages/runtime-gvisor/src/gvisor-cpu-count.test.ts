@@ -3,7 +3,8 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runInSandbox, testSandboxId } from '@burrow/runtime/conformance';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { cgroupParentHash, GvisorDriver } from './gvisor-driver.js';
+import { GvisorDriver } from './gvisor-driver.js';
+import { cgroupParentHash } from './sandbox-cgroups.js';
 import { buildTemplate } from './template-builder.js';
 
 // Real runsc. The host has 2 CPUs here: cpuCount 1 is the case that tells the sandbox's count from the host's.

@@ -2,9 +2,10 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runDriverConformance } from '@burrow/runtime/conformance';
-import { cgroupParentHash, GvisorDriver } from './gvisor-driver.js';
+import { GvisorDriver } from './gvisor-driver.js';
 import { cgroupChildren, findSandboxCgroups, loopDevicesUnder, mountsUnder } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
+import { cgroupParentHash } from './sandbox-cgroups.js';
 import { buildTemplate } from './template-builder.js';
 
 /** Shared test cache of templates: the base template is built once and reused by every test run. */
@@ -31,7 +32,7 @@ runDriverConformance('gvisor', async () => {
       const ours = new Set([...(await runsc.list()), ...(await readdir(join(dataDir, 'sandboxes')).catch(() => []))]);
       for (const sandboxId of ours) await driver.delete(sandboxId);
       const left = await readdir(join(dataDir, 'sandboxes')).catch(() => []);
-      // close() removes this instance's cgroup parent `burrow/<hash>` (each CI run used to leave one behind).
+      // close() removes this instance's cgroup parent `burrow/<hash>` (otherwise each CI run leaves one behind).
       await driver.close();
       // In any controller (cpu, memory, pids, ...), and its owner record.
       const parent = (await cgroupChildren('/sys/fs/cgroup', 'burrow')).includes(cgroupParentHash(dataDir));

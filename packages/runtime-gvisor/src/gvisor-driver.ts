@@ -1,10 +1,6 @@
-import { createHash, randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { chmod, lstat, mkdir, open, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import type { Socket } from 'node:net';
-import { availableParallelism } from 'node:os';
-import { join, resolve } from 'node:path';
-import { SandboxIdSchema } from '@burrow/contract';
+import { randomBytes } from 'node:crypto';
+import { readdir, readFile, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import {
   type Capability,
   type CheckpointInfo,
@@ -13,7 +9,6 @@ import {
   type DiskInspection,
   type ExecOptions,
   type ForkOptions,
-  type HostResourceKind,
   type HostResources,
   type InspectDiskOptions,
   type ObservedSandbox,
@@ -24,86 +19,35 @@ import {
   type SnapshotOptions,
   type SpawnOptions,
 } from '@burrow/runtime';
-import { AGENT_GUEST_DIR, type AgentBuild, buildAgent, installAgent } from './agent-binary.js';
-import { AgentHub, AgentStartError } from './agent-hub.js';
-import { explainBlockers, HostSocketOpenError } from './checkpoint-blockers.js';
+import { AgentExec } from './agent-exec.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
 import { ExecExitReasons } from './exec-exit-reason.js';
 import { ensureGuestIdentity } from './guest-identity-files.js';
-import { GvisorCheckpointer, SPAWNER_ARGV, spawnRequestArgv } from './gvisor-checkpoint.js';
-import { assertNoHostFds, clearRunscExecMark, markRunscExec } from './host-fd-scan.js';
+import { GvisorCheckpointer } from './gvisor-checkpoint.js';
+import { clearRunscExecMark, markRunscExec } from './host-fd-scan.js';
 import {
-  cgroupChildren,
-  cgroupDirs,
-  createDiskImage,
   detachLoopDevices,
+  fileExists,
   goferGone,
   killCgroupProcesses,
-  loopDevicesUnder,
-  mountDiskImage,
-  mountOverlay,
-  mountsUnder,
   openCpuset,
   preferStubsForOomKill,
-  prepareCpusetParent,
   readOomKillCount,
   removeCgroupDirs,
-  removeEmptyCgroupParent,
   setCpuQuota,
   unmountAll,
 } from './host-plumbing.js';
+import { allocatedBytes, listHostResources, remainingResources } from './host-resources.js';
 import { ImageEncryption, type ImageKey } from './image-encryption.js';
-import { buildOciSpec, TMP_MEMORY_SHARE } from './oci-spec.js';
 import { abortError, tail } from './run-command.js';
 import { type GvisorPlatform, RunscCli } from './runsc-cli.js';
+import { enforceRecordedCpuLimit, prepareBundle } from './sandbox-bundle.js';
+import { CGROUP_PARENT, cgroupParentHash, SandboxCgroups } from './sandbox-cgroups.js';
+import { type SandboxPaths, sandboxPaths } from './sandbox-paths.js';
 import { startSandboxProcess } from './sandbox-process.js';
+import { spawnRequestArgv } from './spawner.js';
 
-/** Parent cgroup of every sandbox: `/burrow/<sandboxId>` in each v1 hierarchy. */
-/** Parent of every Burrow instance's cgroups; each instance (data dir) has its own child, see `cgroupParent`. */
-const CGROUP_PARENT = 'burrow';
-/** See {@link GvisorDriverOptions.cgroupOwnersDir}. */
-const DEFAULT_CGROUP_OWNERS_DIR = '/run/burrow/cgroup-parents';
-
-/** The 12 hex of an instance's cgroup parent `burrow/<hash>`: sha256 of its data dir's absolute path. */
-export function cgroupParentHash(dataDir: string): string {
-  return createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 12);
-}
-
-/** Annotation of a sandbox's bundle: its own CPU limit (CPUs), which afterStart sets once runsc has started it. */
-const CPU_COUNT_ANNOTATION = 'dev.burrow.cpu-count';
-/** The part of a bundle's config.json that {@link GvisorDriver.settle} reads. */
-type OciAnnotated = { annotations?: Record<string, string> };
-
-/** Where the next sandbox's boot cpuset starts, so that boots spread over the host's CPUs. */
-let nextBootCpu = 0;
-
-/**
- * The cpuset a sandbox of `cpuCount` CPUs boots in: ceil(cpuCount) host CPUs (at most all of them), starting at a
- * rotating CPU, as a cpuset list (`1` or `0-1` or `3,0`).
- */
-export function bootCpus(cpuCount: number, hostCpus = availableParallelism()): string {
-  const count = Math.min(hostCpus, Math.max(1, Math.ceil(cpuCount)));
-  const first = nextBootCpu % hostCpus;
-  nextBootCpu = (first + count) % hostCpus;
-  const cpus = Array.from({ length: count }, (_, i) => (first + i) % hostCpus).sort((a, b) => a - b);
-  return cpus.join(',');
-}
-
-/** CPUs a container may use while runsc boots or restores it: all of the host's (its own limit is set after). */
-const BOOT_CPU_COUNT = availableParallelism();
-
-/** How long a checkpoint that found an open host socket waits before its one retry, in ms. */
-const HOST_SOCKET_RETRY_DELAY_MS = 250;
-/** How long after a start or resume a missing agent is still expected to connect, in ms. */
-const AGENT_START_GRACE_MS = 3_000;
-/**
- * How long an exec waits for the agent of a container that just started, was restored or checkpointed, counted
- * from that moment, in ms. Generous: on a loaded host (load 15 on 2 cores) the agent took over 3 s to connect, and
- * the alternative, `runsc exec`, can make the sandbox's next checkpoint impossible (host-fd-scan.ts).
- */
-const AGENT_EXEC_WAIT_MS = 10_000;
-/** How long an exec waits for an agent to find a listener that was just opened (server restart), in ms. */
-const AGENT_RECONNECT_WAIT_MS = 400;
+export type { SandboxPaths } from './sandbox-paths.js';
 
 /** Structured logger the driver writes to (pino-compatible subset). */
 export interface DriverLogger {
@@ -153,21 +97,6 @@ export interface GvisorDriverOptions {
   imageEncryption?: { key: ImageKey; plainRoot?: string };
 }
 
-/** Host paths of one sandbox. */
-export interface SandboxPaths {
-  dir: string;
-  /** Pause image and its manifest: `<dir>/checkpoint/`. */
-  checkpointDir: string;
-  image: string;
-  diskDir: string;
-  upperDir: string;
-  workDir: string;
-  rootfs: string;
-  logsDir: string;
-  /** The exec agent's binary and host socket, bind-mounted read-only at `/.burrow-agent`. */
-  agentDir: string;
-}
-
 /**
  * RuntimeDriver on gVisor (runsc). Each sandbox gets a sparse ext4 image (its disk limit) holding the
  * upper and work dirs of an overlayfs over the shared read-only template, an OCI bundle, and cgroups
@@ -182,32 +111,18 @@ export class GvisorDriver implements RuntimeDriver {
   private readonly runsc: RunscCli;
   private readonly checkpointer: GvisorCheckpointer;
   private readonly dataDir: string;
-  private readonly cgroupRoot: string;
+  private readonly cgroups: SandboxCgroups;
   private readonly maxProcesses: number;
-  /**
-   * This instance's cgroup parent, `burrow/<12 hex of sha256(dataDir)>`: two servers (or a server and the tests)
-   * on one host never see, count or reap each other's sandboxes.
-   */
-  private readonly cgroupParent: string;
-  /** See {@link GvisorDriverOptions.cgroupOwnersDir}. */
-  private readonly cgroupOwnersDir: string;
-  /** The owner record of this instance's cgroup parent, written once before the first sandbox starts. */
-  private ownerRecorded: Promise<void> | null = null;
   private readonly platform: GvisorPlatform;
   private readonly logger: DriverLogger | undefined;
   /** Last seen memory-cgroup `oom_kill` counter per sandbox. */
   private readonly oomKillsSeen = new Map<string, number>();
   /** Sandboxes whose exit was already reported. */
   private readonly exitReported = new Set<string>();
-  /** Host ends of the in-sandbox exec agents. */
-  private readonly agents = new AgentHub();
   /** Labels exec exits the sandbox cannot label (memory-limit kills, checkpoints of `runsc exec` commands). */
-  private readonly exitReasons = new ExecExitReasons((sandboxId) => readOomKillCount(this.memoryCgroup(sandboxId)));
-  private agentBuildPromise: Promise<AgentBuild> | null = null;
-  /** Sandboxes whose agent did not connect when waited for (exec goes through runsc exec without waiting). */
-  private readonly agentAbsent = new Set<string>();
-  private readonly execAgent: boolean;
-  private readonly agentCacheDir: string;
+  private readonly exitReasons = new ExecExitReasons((sandboxId) => readOomKillCount(this.cgroups.memory(sandboxId)));
+  /** The in-sandbox exec agents. */
+  private readonly agents: AgentExec;
 
   constructor(options: GvisorDriverOptions) {
     this.dataDir = options.dataDir;
@@ -218,13 +133,22 @@ export class GvisorDriver implements RuntimeDriver {
       this.platform,
       options.execAgent ?? true,
     );
-    this.cgroupRoot = options.cgroupRoot ?? '/sys/fs/cgroup';
     this.maxProcesses = options.maxProcesses ?? 1024;
-    this.cgroupParent = `${CGROUP_PARENT}/${cgroupParentHash(options.dataDir)}`;
-    this.cgroupOwnersDir = options.cgroupOwnersDir ?? DEFAULT_CGROUP_OWNERS_DIR;
     this.logger = options.logger;
-    this.execAgent = options.execAgent ?? true;
-    this.agentCacheDir = options.agentCacheDir ?? join(options.dataDir, 'agent-cache');
+    this.cgroups = new SandboxCgroups({
+      dataDir: options.dataDir,
+      root: options.cgroupRoot,
+      ownersDir: options.cgroupOwnersDir,
+      warn: (object, message) => this.logger?.warn(object, message),
+    });
+    this.agents = new AgentExec({
+      runsc: this.runsc,
+      execAgent: options.execAgent ?? true,
+      cacheDir: options.agentCacheDir ?? join(options.dataDir, 'agent-cache'),
+      paths: (id) => this.paths(id),
+      exitReasons: this.exitReasons,
+      logger: this.logger,
+    });
     this.checkpointer = new GvisorCheckpointer({
       runsc: this.runsc,
       imageEncryption:
@@ -234,15 +158,15 @@ export class GvisorDriver implements RuntimeDriver {
               key: options.imageEncryption.key,
               plainRoot:
                 options.imageEncryption.plainRoot ?? `/dev/shm/burrow-images-${cgroupParentHash(options.dataDir)}`,
-              memoryCgroupOf: (id) => join(this.cgroupRoot, 'memory', this.cgroupParent, id),
+              memoryCgroupOf: (id) => this.cgroups.memory(id),
               warn: (object, message) => this.logger?.warn(object, message),
             }),
       paths: (id) => this.paths(id),
       prepareBundle: (o, made) => this.prepareBundle(o, made),
       runscStep: (id, args, step, signal) => this.runscStep(id, args, step, signal),
       started: (id, pid, cpuCount) => this.afterStart(id, pid, cpuCount),
-      removeCgroups: async (id) => removeCgroupDirs(await this.cgroupDirsOf(id)),
-      goferGone: (id, pid) => goferGone(this.pidsCgroup(id), pid),
+      removeCgroups: async (id) => removeCgroupDirs(await this.cgroups.dirsOf(id)),
+      goferGone: (id, pid) => goferGone(this.cgroups.pids(id), pid),
       create: (o) => this.create(o),
       delete: (id) => this.delete(id),
       warn: (object, message) => this.logger?.warn(object, message),
@@ -251,7 +175,7 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   pause(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<CheckpointInfo> {
-    return this.withAgentQuiesced(sandboxId, () => this.checkpointer.pause(sandboxId, options.signal));
+    return this.agents.quiesced(sandboxId, () => this.checkpointer.pause(sandboxId, options.signal));
   }
 
   resume(options: CreateOptions): Promise<void> {
@@ -267,105 +191,25 @@ export class GvisorDriver implements RuntimeDriver {
   }
 
   async stop(sandboxId: string): Promise<void> {
-    await this.agents.close(sandboxId);
+    await this.agents.hub.close(sandboxId);
     return this.checkpointer.stop(sandboxId);
   }
 
   fork(sandboxId: string, options: ForkOptions): Promise<void> {
-    return this.withAgentQuiesced(sandboxId, () => this.checkpointer.fork(sandboxId, options));
+    return this.agents.quiesced(sandboxId, () => this.checkpointer.fork(sandboxId, options));
   }
 
   snapshot(sandboxId: string, options: SnapshotOptions): Promise<CheckpointInfo> {
     if (!options.memory) return this.checkpointer.snapshot(sandboxId, options);
-    return this.withAgentQuiesced(sandboxId, () => this.checkpointer.snapshot(sandboxId, options));
-  }
-
-  /**
-   * Run a checkpointing step with the exec agent quiesced (gVisor cannot save an open host socket: the agent drops
-   * them and ends its running commands, as a restore would), then listen again if the sandbox still runs.
-   */
-  private async withAgentQuiesced<T>(sandboxId: string, step: () => Promise<T>): Promise<T> {
-    const startedMs = performance.now();
-    this.exitReasons.checkpointStarting(sandboxId);
-    await this.agents.quiesce(sandboxId);
-    const quiesceMs = Math.round(performance.now() - startedMs);
-    try {
-      // An image holding a host descriptor saves without complaint and then never restores: refuse it up front.
-      await assertNoHostFds(this.runsc, sandboxId, this.paths(sandboxId).dir);
-      try {
-        return await step();
-      } catch (error) {
-        // The sandbox runs again after a refused checkpoint: say which process holds what.
-        if (!(error instanceof HostSocketOpenError)) throw await explainBlockers(this.runsc, sandboxId, error);
-        // A connection the agent opened as the listener closed can still be on its way down: once more, later.
-        this.logger?.warn({ sandboxId }, 'checkpoint found an open host socket; retrying once');
-        await new Promise((resolve) => setTimeout(resolve, HOST_SOCKET_RETRY_DELAY_MS));
-        return await step();
-      }
-    } finally {
-      const stepEndMs = performance.now();
-      const state = await this.runsc.state(sandboxId).catch(() => null);
-      if (state?.status === 'running') await this.listenForAgent(sandboxId).catch(() => undefined);
-      this.logger?.info(
-        { sandboxId, quiesceMs, relistenMs: Math.round(performance.now() - stepEndMs) },
-        'agent quiesce steps',
-      );
-    }
-  }
-
-  /** Listen for the sandbox's agent (idempotent); false when there is no agent build or the path is too long. */
-  private async listenForAgent(sandboxId: string): Promise<boolean> {
-    if ((await this.agentBuild()).kind !== 'built') return false;
-    return this.agents.listen(sandboxId, this.paths(sandboxId).agentDir);
-  }
-
-  /** The agent build, made once per driver (compiled on first use, cached by source hash under the data dir). */
-  private agentBuild(): Promise<AgentBuild> {
-    if (!this.execAgent) return Promise.resolve({ kind: 'unavailable', reason: 'disabled by the driver options' });
-    if (this.agentBuildPromise === null) {
-      this.agentBuildPromise = buildAgent(this.agentCacheDir).then((build) => {
-        if (build.kind === 'unavailable') {
-          this.logger?.warn({ reason: build.reason }, 'exec agent unavailable; exec uses runsc exec');
-        }
-        return build;
-      });
-    }
-    return this.agentBuildPromise;
-  }
-
-  /**
-   * The agent's control connection for an exec, or null: then exec falls back to `runsc exec`. An agent still
-   * connecting after a start, resume, fork or checkpoint is waited for until {@link AGENT_EXEC_WAIT_MS} after
-   * its container started (or its listener opened again after a checkpoint); after a server restart the listener is opened here and the agent, which retries every
-   * 100 ms, is waited for briefly. A sandbox whose agent does not come (made before it existed) is logged once.
-   */
-  private async agentControl(sandboxId: string): Promise<Socket | null> {
-    const connected = await this.agents.control(sandboxId, 0);
-    if (connected !== null) return connected;
-    const listeningForMs = this.agents.listeningForMs(sandboxId);
-    let control: Socket | null = null;
-    if (listeningForMs === null) {
-      if (!(await this.listenForAgent(sandboxId).catch(() => false))) return null;
-      control = await this.agents.control(sandboxId, AGENT_RECONNECT_WAIT_MS);
-    } else if (listeningForMs < AGENT_EXEC_WAIT_MS) {
-      // Just created, resumed or forked: the agent connects within ~100-300 ms. Waiting for it costs about what a
-      // `runsc exec` costs, and a `runsc exec` hands the command host descriptors that block the next checkpoint.
-      control = await this.agents.control(sandboxId, AGENT_EXEC_WAIT_MS - listeningForMs);
-    }
-    if (control === null && !this.agentAbsent.has(sandboxId)) {
-      this.agentAbsent.add(sandboxId);
-      this.logger?.warn({ sandboxId }, 'no exec agent connected; exec uses runsc exec for this sandbox');
-    }
-    return control;
+    return this.agents.quiesced(sandboxId, () => this.checkpointer.snapshot(sandboxId, options));
   }
 
   /**
    * Wait until the sandbox's exec agent is connected (for example before handing a fresh sandbox out, or in
    * tests). Resolves false after `timeoutMs` or when the sandbox has no agent listener.
    */
-  async execAgentReady(sandboxId: string, timeoutMs = AGENT_START_GRACE_MS): Promise<boolean> {
-    if (this.agents.listeningForMs(sandboxId) === null) await this.listenForAgent(sandboxId).catch(() => false);
-    return (await this.agents.control(sandboxId, timeoutMs)) !== null;
+  execAgentReady(sandboxId: string, timeoutMs?: number): Promise<boolean> {
+    return this.agents.ready(sandboxId, timeoutMs);
   }
 
   createFromSnapshot(options: CreateFromSnapshotOptions): Promise<void> {
@@ -377,17 +221,8 @@ export class GvisorDriver implements RuntimeDriver {
     await releaseInspectMount(this.paths(sandboxId).dir);
     await this.checkpointer.settle(sandboxId);
     // A crash between runsc's start or restore and afterStart left the container on its boot quota (every CPU).
-    if ((await this.runsc.state(sandboxId))?.status === 'running') await this.enforceCpuLimit(sandboxId);
-  }
-
-  /** Set the CPU limit recorded in the running container's bundle ({@link CPU_COUNT_ANNOTATION}), if it has one. */
-  private async enforceCpuLimit(sandboxId: string): Promise<void> {
-    const spec = await readFile(join(this.paths(sandboxId).dir, 'config.json'), 'utf8').catch(() => null);
-    const recorded = spec === null ? undefined : (JSON.parse(spec) as OciAnnotated).annotations?.[CPU_COUNT_ANNOTATION];
-    const cpuCount = Number(recorded);
-    if (recorded !== undefined && Number.isFinite(cpuCount) && cpuCount > 0) {
-      await setCpuQuota(this.cgroupRoot, this.cgroupParent, sandboxId, cpuCount);
-    }
+    if ((await this.runsc.state(sandboxId))?.status === 'running')
+      await enforceRecordedCpuLimit(this.cgroups, this.paths(sandboxId).dir, sandboxId);
   }
 
   inspectDisk(sandboxId: string, options: InspectDiskOptions): Promise<DiskInspection> {
@@ -431,7 +266,7 @@ export class GvisorDriver implements RuntimeDriver {
       if (signal?.aborted) throw abortError(signal);
     };
     const made: Array<() => Promise<void>> = [];
-    await this.recordCgroupOwner();
+    await this.cgroups.recordOwner();
     try {
       checkAbort();
       if (existing) await this.runsc.run(['delete', '-force', sandboxId]);
@@ -440,7 +275,7 @@ export class GvisorDriver implements RuntimeDriver {
       checkAbort();
       made.push(async () => {
         await this.runsc.run(['delete', '-force', sandboxId]);
-        await removeCgroupDirs(await this.cgroupDirsOf(sandboxId));
+        await removeCgroupDirs(await this.cgroups.dirsOf(sandboxId));
       });
       await this.runscStep(sandboxId, ['create', '--bundle', paths.dir, sandboxId], 'create', signal);
       await this.runscStep(sandboxId, ['start', sandboxId], 'start', signal);
@@ -464,17 +299,8 @@ export class GvisorDriver implements RuntimeDriver {
     const paths = this.paths(sandboxId);
     if (options.signal?.aborted) throw abortError(options.signal);
     const oomKillsBefore = this.exitReasons.oomKillsBefore(sandboxId);
-    const control = await this.agentControl(sandboxId);
-    if (control !== null) {
-      try {
-        const process = await this.agents.exec(sandboxId, control, options);
-        return this.exitReasons.track(sandboxId, process, oomKillsBefore, 'agent');
-      } catch (error) {
-        if (!(error instanceof AgentStartError)) throw error;
-        // Nothing ran: start it with runsc exec instead.
-        this.logger?.warn({ sandboxId, reason: error.message }, 'exec agent refused a command; using runsc exec');
-      }
-    }
+    const viaAgent = await this.agents.exec(sandboxId, options, oomKillsBefore);
+    if (viaAgent !== null) return viaAgent;
     const tag = randomBytes(6).toString('hex');
     await markRunscExec(paths.dir);
     const process = await startSandboxProcess({
@@ -499,7 +325,7 @@ export class GvisorDriver implements RuntimeDriver {
   async observe(sandboxId: string): Promise<ObservedSandbox> {
     const paths = this.paths(sandboxId);
     const events: RuntimeEvent[] = [];
-    const oomKills = await readOomKillCount(this.memoryCgroup(sandboxId));
+    const oomKills = await readOomKillCount(this.cgroups.memory(sandboxId));
     if (oomKills !== null) {
       const seen = this.oomKillsSeen.get(sandboxId) ?? 0;
       if (oomKills > seen) {
@@ -516,7 +342,7 @@ export class GvisorDriver implements RuntimeDriver {
     const state = await this.runsc.state(sandboxId);
     // A killed gofer leaves a sentry that runsc reports running but that can open no file: the runtime ended.
     const noGofer =
-      state?.status === 'running' && state.pid > 0 && (await goferGone(this.pidsCgroup(sandboxId), state.pid));
+      state?.status === 'running' && state.pid > 0 && (await goferGone(this.cgroups.pids(sandboxId), state.pid));
     if (!noGofer && (state?.status === 'running' || state?.status === 'paused' || state?.status === 'created')) {
       if (state.pid > 0) await preferStubsForOomKill(state.pid);
       return { status: 'running', events };
@@ -546,17 +372,12 @@ export class GvisorDriver implements RuntimeDriver {
 
   /**
    * Close the agent connections (an agent still connected to this driver's socket would hold a host socket open in
-   * its sandbox, which a later checkpoint by the next driver cannot save) and remove this instance's cgroup parent `burrow/<hash>` where it is empty (no
-   * sandbox cgroup left under it: sandboxes still running keep it), with its owner record once it is gone.
+   * its sandbox, which a later checkpoint by the next driver cannot save) and remove this instance's cgroup parent
+   * where it is empty ({@link SandboxCgroups.removeParentIfEmpty}).
    */
   async close(): Promise<void> {
-    await this.agents.closeAll();
-    if (await removeEmptyCgroupParent(this.cgroupRoot, this.cgroupParent)) {
-      await rm(this.ownerFile(this.cgroupParent.slice(CGROUP_PARENT.length + 1)), { force: true }).catch(
-        () => undefined,
-      );
-      this.ownerRecorded = null;
-    }
+    await this.agents.hub.closeAll();
+    await this.cgroups.removeParentIfEmpty();
   }
 
   /** {@link reapStaleCgroupParents}, as the reconciler's hook: `cgroup burrow/<hash>` per parent removed. */
@@ -564,117 +385,48 @@ export class GvisorDriver implements RuntimeDriver {
     return (await this.reapStaleCgroupParents()).map((hash) => `cgroup ${CGROUP_PARENT}/${hash}`);
   }
 
-  /** The owner record of cgroup parent `burrow/<hash>`. */
-  private ownerFile(hash: string): string {
-    return join(this.cgroupOwnersDir, hash);
-  }
-
-  /** Record (once) that this instance's cgroup parent belongs to its data dir. Failures only lose the record. */
-  private recordCgroupOwner(): Promise<void> {
-    this.ownerRecorded ??= (async () => {
-      await mkdir(this.cgroupOwnersDir, { recursive: true });
-      await writeFile(this.ownerFile(this.cgroupParent.slice(CGROUP_PARENT.length + 1)), resolve(this.dataDir));
-    })().catch((error: unknown) => this.logger?.warn({ err: error }, 'recording the cgroup parent owner failed'));
-    return this.ownerRecorded;
-  }
-
   /**
-   * Remove the empty cgroup parents `burrow/<hash>` of other instances whose data dir no longer exists (their
-   * owner record names it), and empty ones without a record (made before records existed) untouched for
-   * `unrecordedAgeMs`. Never this instance's own, never one with a sandbox cgroup under it.
+   * Remove the stale cgroup parents `burrow/<hash>` of other instances ({@link SandboxCgroups.reapStaleParents}).
    * @param options.unrecordedAgeMs @default 3_600_000 (1 hour)
    * @returns the hashes removed
    */
-  async reapStaleCgroupParents(options: { unrecordedAgeMs?: number } = {}): Promise<string[]> {
-    const own = this.cgroupParent.slice(CGROUP_PARENT.length + 1);
-    const removed: string[] = [];
-    for (const hash of await cgroupChildren(this.cgroupRoot, CGROUP_PARENT)) {
-      if (hash === own || !/^[0-9a-f]{12}$/.test(hash)) continue;
-      const owner = await readFile(this.ownerFile(hash), 'utf8').catch(() => null);
-      if (owner !== null) {
-        if (existsSync(owner)) continue;
-      } else {
-        const dirs = await cgroupDirs(this.cgroupRoot, '', join(CGROUP_PARENT, hash));
-        const newestMs = Math.max(
-          0,
-          ...(await Promise.all(
-            dirs.map((d) =>
-              stat(d).then(
-                (st) => st.mtimeMs,
-                () => 0,
-              ),
-            ),
-          )),
-        );
-        if (Date.now() - newestMs < (options.unrecordedAgeMs ?? 3_600_000)) continue;
-      }
-      if (await removeEmptyCgroupParent(this.cgroupRoot, join(CGROUP_PARENT, hash))) {
-        await rm(this.ownerFile(hash), { force: true }).catch(() => undefined);
-        removed.push(hash);
-      }
-    }
-    return removed;
+  reapStaleCgroupParents(options: { unrecordedAgeMs?: number } = {}): Promise<string[]> {
+    return this.cgroups.reapStaleParents(options);
   }
 
   async delete(sandboxId: string, options: { signal?: AbortSignal } = {}): Promise<void> {
     if (options.signal?.aborted) throw abortError(options.signal);
-    await this.agents.close(sandboxId);
-    this.agentAbsent.delete(sandboxId);
+    await this.agents.hub.close(sandboxId);
+    this.agents.forgetAbsence(sandboxId);
     const paths = this.paths(sandboxId);
     await this.checkpointer.released(sandboxId);
     // SIGKILL every host process of the sandbox first (sentry, gofer, stubs: all in its pids cgroup): runsc's own
     // kill and delete can take a minute against a sandbox under a fork bomb, and a dead sandbox deletes at once.
-    await killCgroupProcesses(join(this.cgroupRoot, 'pids', this.cgroupParent, sandboxId));
+    await killCgroupProcesses(this.cgroups.pids(sandboxId));
     if ((await this.runsc.state(sandboxId)) !== null && !(await this.runsc.forgetExited(sandboxId))) {
       await this.runsc.run(['kill', sandboxId, 'KILL']);
       await this.runsc.run(['delete', '-force', sandboxId]);
     }
     await unmountAll(paths.dir);
     await detachLoopDevices(paths.dir);
-    await removeCgroupDirs(await this.cgroupDirsOf(sandboxId));
+    await removeCgroupDirs(await this.cgroups.dirsOf(sandboxId));
     await rm(paths.dir, { recursive: true, force: true });
     this.oomKillsSeen.delete(sandboxId);
     this.exitReported.delete(sandboxId);
-    const remaining = await this.remainingResources(sandboxId);
+    const remaining = await remainingResources(this.resourceSources(), sandboxId);
     if (remaining.length > 0) {
       throw new RuntimeError(`sandbox ${sandboxId} was not fully removed`, remaining.join('\n'));
     }
     this.logger?.info({ sandboxId }, 'sandbox deleted');
   }
 
-  async listHostResources(): Promise<HostResources> {
-    const kinds = new Map<string, Set<HostResourceKind>>();
-    const add = (id: string | undefined, kind: HostResourceKind): void => {
-      if (!id || !SandboxIdSchema.safeParse(id).success) return;
-      const set = kinds.get(id) ?? new Set<HostResourceKind>();
-      set.add(kind);
-      kinds.set(id, set);
-    };
-    for (const id of await this.runsc.list()) add(id, 'container');
-    const sandboxesDir = join(this.dataDir, 'sandboxes');
-    for (const name of await readdir(sandboxesDir).catch(() => [] as string[])) add(name, 'directory');
-    for (const point of await mountsUnder(sandboxesDir)) {
-      add(point.slice(sandboxesDir.length + 1).split('/')[0], 'mount');
-    }
-    for (const device of await loopDevicesUnder(sandboxesDir)) {
-      const backing = await readFile(`/sys/block/${device.slice(5)}/loop/backing_file`, 'utf8').catch(() => '');
-      add(backing.slice(sandboxesDir.length + 1).split('/')[0], 'loop_device');
-    }
-    for (const name of await cgroupChildren(this.cgroupRoot, this.cgroupParent)) add(name, 'cgroup');
-    const sandboxIds = [...kinds.keys()].sort();
-    return { sandboxIds, kinds: Object.fromEntries(sandboxIds.map((id) => [id, [...(kinds.get(id) ?? [])].sort()])) };
+  listHostResources(): Promise<HostResources> {
+    return listHostResources(this.resourceSources());
   }
 
-  /** What of the sandbox is still on the host, one line per resource. */
-  private async remainingResources(sandboxId: string): Promise<string[]> {
-    const paths = this.paths(sandboxId);
-    const remaining: string[] = [];
-    if ((await this.runsc.list()).includes(sandboxId)) remaining.push(`runsc container ${sandboxId}`);
-    for (const point of await mountsUnder(paths.dir)) remaining.push(`mount ${point}`);
-    for (const device of await loopDevicesUnder(paths.dir)) remaining.push(`loop device ${device}`);
-    for (const dir of await this.cgroupDirsOf(sandboxId)) remaining.push(`cgroup ${dir}`);
-    if (await fileExists(paths.dir)) remaining.push(`directory ${paths.dir}`);
-    return remaining;
+  /** Where this instance's sandboxes leave things on the host. */
+  private resourceSources(): { runsc: RunscCli; dataDir: string; cgroups: SandboxCgroups } {
+    return { runsc: this.runsc, dataDir: this.dataDir, cgroups: this.cgroups };
   }
 
   async runscStep(sandboxId: string, args: string[], step: string, signal: AbortSignal | undefined): Promise<void> {
@@ -704,180 +456,42 @@ export class GvisorDriver implements RuntimeDriver {
     return tail(lines.join('\n'), maxLines);
   }
 
-  /** Host pids limit: systrap needs about 2 host tasks per guest process, ptrace about 9; doubled for headroom under a fork bomb. */
-  private pidsLimit(processLimit: number): number {
-    return (this.platform === 'systrap' ? 4 : 10) * processLimit + 128;
-  }
-
-  /**
-   * RLIMIT_NPROC inside: `maxProcesses`, but at most one process per 2 MiB of the memory limit (at least 64), so a
-   * fork bomb hits the graceful process cap before it exhausts memory and the host OOM killer ends the sandbox.
-   */
-  private processLimit(memoryMiB: number): number {
-    return Math.min(this.maxProcesses, Math.max(64, Math.floor(memoryMiB / 2)));
-  }
-
   /**
    * Once a container runs (started or restored): its CPU limit (the bundle lets it boot on every host CPU, see
-   * {@link GvisorDriver.prepareBundle}), the OOM preference of its stubs, its counters.
+   * {@link prepareBundle}), the OOM preference of its stubs, its counters.
    * @throws RuntimeError when the CPU limit cannot be set (the caller undoes the start)
    */
   private async afterStart(sandboxId: string, sentryPid: number, cpuCount: number): Promise<void> {
-    this.agents.containerStarted(sandboxId);
-    await setCpuQuota(this.cgroupRoot, this.cgroupParent, sandboxId, cpuCount);
-    await openCpuset(this.cgroupRoot, this.cgroupParent, sandboxId);
+    this.agents.hub.containerStarted(sandboxId);
+    await setCpuQuota(this.cgroups.root, this.cgroups.parent, sandboxId, cpuCount);
+    await openCpuset(this.cgroups.root, this.cgroups.parent, sandboxId);
     // A new container: no process in it holds a `runsc exec`'s descriptors.
     await clearRunscExecMark(this.paths(sandboxId).dir);
     await preferStubsForOomKill(sentryPid);
-    this.oomKillsSeen.set(sandboxId, (await readOomKillCount(this.memoryCgroup(sandboxId))) ?? 0);
+    this.oomKillsSeen.set(sandboxId, (await readOomKillCount(this.cgroups.memory(sandboxId))) ?? 0);
     this.exitReported.delete(sandboxId);
   }
 
-  private memoryCgroup(sandboxId: string): string {
-    return join(this.cgroupRoot, 'memory', this.cgroupParent, sandboxId);
-  }
-
-  /** The sandbox's pids cgroup directory: its sentry, gofer and stubs. */
-  private pidsCgroup(sandboxId: string): string {
-    return join(this.cgroupRoot, 'pids', this.cgroupParent, sandboxId);
-  }
-
-  private cgroupDirsOf(sandboxId: string): Promise<string[]> {
-    return cgroupDirs(this.cgroupRoot, this.cgroupParent, sandboxId);
-  }
-
   /**
-   * Mount the sandbox's disk (making it if absent) and overlay, and write its OCI bundle; each step done is pushed
-   * onto `made` as its undo. Shared by create, resume, fork and snapshot restores.
+   * Mount the sandbox's disk (making it if absent) and overlay, and write its OCI bundle ({@link prepareBundle});
+   * each step done is pushed onto `made` as its undo.
    */
-  async prepareBundle(options: CreateOptions, made: Array<() => Promise<void>>): Promise<void> {
-    const { sandboxId } = options;
-    const paths = this.paths(sandboxId);
-    const lower = await stat(options.template.rootfsDir).catch(() => null);
-    if (!lower?.isDirectory()) {
-      throw new RuntimeError(`template root filesystem not found: ${options.template.rootfsDir}`);
-    }
-    const dirExisted = await stat(paths.dir).then(
-      () => true,
-      () => false,
-    );
-    if (!dirExisted) made.push(() => rm(paths.dir, { recursive: true, force: true }));
-    await mkdir(paths.logsDir, { recursive: true });
-    await mkdir(paths.diskDir, { recursive: true });
-    await mkdir(paths.rootfs, { recursive: true });
-    await installAgent(await this.agentBuild(), paths.agentDir);
-    if (!(await fileExists(paths.image))) {
-      made.push(() => rm(paths.image, { force: true }));
-      await createDiskImage(paths.image, options.resources.diskMiB);
-    }
-    if (options.signal?.aborted) throw abortError(options.signal);
-    if ((await mountsUnder(paths.diskDir)).length === 0) {
-      made.push(async () => {
-        await unmountAll(paths.diskDir);
-        await detachLoopDevices(paths.dir);
-      });
-      await mountDiskImage(paths.image, paths.diskDir);
-    }
-    await mkdir(paths.upperDir, { recursive: true });
-    await mkdir(paths.workDir, { recursive: true });
-    if ((await mountsUnder(paths.rootfs)).length === 0) {
-      made.push(() => unmountAll(paths.rootfs));
-      await mountOverlay({
-        lowerDir: options.template.rootfsDir,
-        upperDir: paths.upperDir,
-        workDir: paths.workDir,
-        mergedDir: paths.rootfs,
-      });
-    }
-    // The mount point of /tmp's tmpfs (the disk's own /tmp is not seen inside).
-    await mkdir(join(paths.rootfs, 'tmp'), { recursive: true });
-    await chmod(join(paths.rootfs, 'tmp'), 0o1777);
-    const hasTini = await fileExists(join(options.template.rootfsDir, 'usr/bin/tini'));
-    const spec = buildOciSpec({
-      rootPath: paths.rootfs,
-      hostname: options.hostname,
-      args: hasTini ? ['/usr/bin/tini', '-s', '--', ...SPAWNER_ARGV] : SPAWNER_ARGV,
-      // Deleted-but-open files are saved by a checkpoint only on gVisor's own tmpfs (docs/adr/0005).
-      tmpfs: [
-        { destination: '/tmp', sizeMiB: Math.max(1, Math.floor(options.resources.memoryMiB * TMP_MEMORY_SHARE)) },
-      ],
-      mounts: [
-        // The exec agent and its host socket (docs/adr/0003); read-only: the sandbox can connect, not tamper.
-        { source: paths.agentDir, destination: AGENT_GUEST_DIR, readonly: true },
-      ],
-      limits: {
-        cgroupsPath: `/${this.cgroupParent}/${sandboxId}`,
-        memoryMiB: options.resources.memoryMiB,
-        // Boot and restore on every host CPU; afterStart sets the sandbox's own limit once it runs. Under its limit
-        // (1 CPU by default) runsc's restore work ran in the sandbox's cgroup: raw `runsc restore` of the same
-        // image took 568 ms p50 with a 1-CPU quota against 392 without and 420 with 2 CPUs (session 9, 8
-        // alternating cycles each, docs/adr/0002).
-        cpuCount: BOOT_CPU_COUNT,
-        // The sentry counts its CPUs once, from the cpuset it starts in (runsc's --cpu-num-from-quota never goes
-        // below 2, and reads the boot quota): start on as many CPUs as the sandbox has, so that `nproc` and
-        // sysconf inside say cpuCount; afterStart opens the cpuset to every host CPU again (the quota limits).
-        cpus: bootCpus(options.resources.cpuCount),
-        processLimit: this.processLimit(options.resources.memoryMiB),
-        pidsLimit: this.pidsLimit(this.processLimit(options.resources.memoryMiB)),
+  prepareBundle(options: CreateOptions, made: Array<() => Promise<void>>): Promise<void> {
+    return prepareBundle(
+      {
+        paths: (id) => this.paths(id),
+        cgroups: this.cgroups,
+        agents: this.agents,
+        platform: this.platform,
+        maxProcesses: this.maxProcesses,
       },
-      // The limit afterStart sets, for settle to set again after a crash between runsc's start and afterStart.
-      annotations: { [CPU_COUNT_ANNOTATION]: String(options.resources.cpuCount) },
-    });
-    await writeFile(join(paths.dir, 'config.json'), `${JSON.stringify(spec, null, 2)}\n`);
-    await prepareCpusetParent(this.cgroupRoot, this.cgroupParent);
-    // Listen before the container starts, so the agent's first connect succeeds.
-    this.agentAbsent.delete(sandboxId);
-    if (await this.listenForAgent(sandboxId).catch(() => false)) made.push(() => this.agents.close(sandboxId));
+      options,
+      made,
+    );
   }
 
   /** Host paths of the sandbox's files. @throws RuntimeError for a malformed id */
   paths(sandboxId: string): SandboxPaths {
-    if (!SandboxIdSchema.safeParse(sandboxId).success) throw new RuntimeError(`not a sandbox id: ${sandboxId}`);
-    const dir = join(this.dataDir, 'sandboxes', sandboxId);
-    const diskDir = join(dir, 'disk');
-    return {
-      dir,
-      checkpointDir: join(dir, 'checkpoint'),
-      image: join(dir, 'disk.img'),
-      diskDir,
-      upperDir: join(diskDir, 'upper'),
-      workDir: join(diskDir, 'work'),
-      rootfs: join(dir, 'rootfs'),
-      logsDir: join(dir, 'logs'),
-      agentDir: join(dir, 'agent'),
-    };
+    return sandboxPaths(this.dataDir, sandboxId);
   }
-}
-
-/** Allocated bytes of everything beneath `dir` (0 when absent); mount points are not descended into. */
-async function allocatedBytes(dir: string): Promise<number> {
-  const root = await lstat(dir).catch(() => null);
-  if (root === null) return 0;
-  let total = root.blocks * 512;
-  if (!root.isDirectory()) return total;
-  const mounted = new Set(await mountsUnder(dir));
-  const queue = [dir];
-  while (queue.length > 0) {
-    const next = queue.pop() as string;
-    for (const entry of await readdir(next, { withFileTypes: true }).catch(() => [])) {
-      const path = join(next, entry.name);
-      if (mounted.has(path)) continue;
-      const st = await lstat(path).catch(() => null);
-      if (st === null) continue;
-      total += st.blocks * 512;
-      if (st.isDirectory()) queue.push(path);
-    }
-  }
-  return total;
-}
-
-async function fileExists(path: string): Promise<boolean> {
-  const handle = await open(path, 'r').catch(() => null);
-  if (!handle)
-    return stat(path).then(
-      () => true,
-      () => false,
-    );
-  await handle.close();
-  return true;
 }

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { mkdir, open, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rmdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { RuntimeError } from '@burrow/runtime';
 import { CPU_PERIOD_US } from './oci-spec.js';
@@ -352,4 +352,16 @@ async function writeText(path: string, text: string): Promise<void> {
   if (!handle) return;
   await handle.writeFile(text).catch(() => undefined);
   await handle.close();
+}
+
+/** Whether `path` exists (a file that can be opened, or anything `stat` sees). */
+export async function fileExists(path: string): Promise<boolean> {
+  const handle = await open(path, 'r').catch(() => null);
+  if (!handle)
+    return stat(path).then(
+      () => true,
+      () => false,
+    );
+  await handle.close();
+  return true;
 }

@@ -1,6 +1,6 @@
 export { DeletedFileOpenError, HostSocketOpenError } from './checkpoint-blockers.js';
-export { RESTORE_BUFFERED_MAX_BYTES, restoreReadFlags } from './gvisor-checkpoint.js';
 export { type DriverLogger, GvisorDriver, type GvisorDriverOptions } from './gvisor-driver.js';
+export { RESTORE_BUFFERED_MAX_BYTES, restoreReadFlags } from './gvisor-restore.js';
 export {
   IMAGE_CIPHER_FORMAT,
   type ImageEncryptionInfo,
