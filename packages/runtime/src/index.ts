@@ -4,5 +4,6 @@ export * from './file-read-stream.js';
 export * from './fs-errors.js';
 export * from './sandbox-fs.js';
 export * from './sandbox-fs-archive.js';
+export * from './sandbox-fs-pack.js';
 export * from './sandbox-fs-watch.js';
 export * from './write-coalesced.js';

@@ -13,7 +13,6 @@ import {
   symlink,
   writeFile,
 } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { gzipSync } from 'node:zlib';
@@ -21,7 +20,8 @@ import { Header, type HeaderData, Parser, type ReadEntry } from 'tar';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FsError } from './fs-errors.js';
 import { SandboxFs } from './sandbox-fs.js';
-import { extractArchive, MAX_PACK_DEPTH, packDirectory } from './sandbox-fs-archive.js';
+import { extractArchive } from './sandbox-fs-archive.js';
+import { MAX_PACK_DEPTH, packDirectory } from './sandbox-fs-pack.js';
 
 let base: string;
 let root: string;
@@ -30,7 +30,9 @@ let fs: SandboxFs;
 const CANARY = 'host canary: must never be read or written through a sandbox';
 
 beforeEach(async () => {
-  base = await mkdtemp(join(tmpdir(), 'burrow-sfa-'));
+  // Not under /tmp: a host-absolute symlink target re-rooted into the sandbox must land on its disk, and the files
+  // calls refuse the sandbox's /tmp (its own tmpfs).
+  base = await mkdtemp('/var/tmp/burrow-sfa-');
   root = join(base, 'root');
   outside = join(base, 'outside');
   await mkdir(join(root, 'home'), { recursive: true });

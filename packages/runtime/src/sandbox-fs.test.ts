@@ -1,5 +1,4 @@
 import { mkdir, mkdtemp, open, readdir, readFile, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -14,7 +13,9 @@ let fs: SandboxFs;
 const CANARY = 'host canary: must never be read through a sandbox';
 
 beforeEach(async () => {
-  base = await mkdtemp(join(tmpdir(), 'burrow-sfs-'));
+  // Not under /tmp: a host-absolute symlink target re-rooted into the sandbox must land on its disk, and the files
+  // calls refuse the sandbox's /tmp (its own tmpfs).
+  base = await mkdtemp('/var/tmp/burrow-sfs-');
   root = join(base, 'root');
   outside = join(base, 'outside');
   await mkdir(join(root, 'home'), { recursive: true });
