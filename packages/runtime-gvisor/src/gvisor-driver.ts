@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { readdir, readFile, rm, stat } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   type Capability,
@@ -327,13 +327,14 @@ export class GvisorDriver implements RuntimeDriver {
     const events: RuntimeEvent[] = [];
     const oomKills = await readOomKillCount(this.cgroups.memory(sandboxId));
     if (oomKills !== null) {
-      const seen = this.oomKillsSeen.get(sandboxId) ?? 0;
+      const seen = this.oomKillsSeen.get(sandboxId) ?? (await readOomKillsReported(paths.dir));
       if (oomKills > seen) {
         events.push({
           type: 'OOMKilled',
           reason: 'MemoryLimit',
           message: `${oomKills - seen} process(es) killed at the sandbox's memory limit`,
         });
+        await writeOomKillsReported(paths.dir, oomKills);
       }
       this.oomKillsSeen.set(sandboxId, oomKills);
     }
@@ -468,7 +469,9 @@ export class GvisorDriver implements RuntimeDriver {
     // A new container: no process in it holds a `runsc exec`'s descriptors.
     await clearRunscExecMark(this.paths(sandboxId).dir);
     await preferStubsForOomKill(sentryPid);
-    this.oomKillsSeen.set(sandboxId, (await readOomKillCount(this.cgroups.memory(sandboxId))) ?? 0);
+    const oomKills = (await readOomKillCount(this.cgroups.memory(sandboxId))) ?? 0;
+    this.oomKillsSeen.set(sandboxId, oomKills);
+    await writeOomKillsReported(this.paths(sandboxId).dir, oomKills);
     this.exitReported.delete(sandboxId);
   }
 
@@ -494,4 +497,21 @@ export class GvisorDriver implements RuntimeDriver {
   paths(sandboxId: string): SandboxPaths {
     return sandboxPaths(this.dataDir, sandboxId);
   }
+}
+
+/** File in a sandbox's host dir: see {@link readOomKillsReported}. */
+const OOM_KILLS_REPORTED_FILE = 'oom-kills-reported';
+
+/**
+ * The sandbox's memory-cgroup `oom_kill` count last reported as an `OOMKilled` event, kept in its host dir so that a
+ * server restart does not report the same kills again (the counter lives as long as the container). 0 when unknown.
+ */
+async function readOomKillsReported(sandboxDir: string): Promise<number> {
+  const text = await readFile(join(sandboxDir, OOM_KILLS_REPORTED_FILE), 'utf8').catch(() => '');
+  const count = Number.parseInt(text, 10);
+  return Number.isSafeInteger(count) && count >= 0 ? count : 0;
+}
+
+async function writeOomKillsReported(sandboxDir: string, count: number): Promise<void> {
+  await writeFile(join(sandboxDir, OOM_KILLS_REPORTED_FILE), `${count}\n`).catch(() => undefined);
 }
