@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createBurrow, loadConfig } from './main.js';
+import { createBurrow, loadConfig, startServer } from './main.js';
 import { FakeDriver } from './testing/fake-driver.js';
 import { FakeTemplateBuilder } from './testing/fake-template-builder.js';
 
@@ -55,5 +55,29 @@ describe('data dir permissions', () => {
       ).rejects.toThrow(/is shared .*directory of its own/);
       expect((await stat(dataDir)).mode & 0o7777).toBe(mode);
     }
+  });
+
+  it('lets one server at a time use a data dir, and frees it when that server closes', async () => {
+    parent = await mkdtemp(join(tmpdir(), 'burrow-datadir-'));
+    const dataDir = join(parent, 'data');
+    const start = () => {
+      const driver = new FakeDriver(join(parent, 'fake-sandboxes'));
+      return startServer(loadConfig({}, { dataDir, warmPool: [], port: 0, host: '127.0.0.1' }), {
+        driver,
+        templateBuilder: new FakeTemplateBuilder(join(parent, 'fake-templates')),
+        logger: pino({ level: 'silent' }),
+      });
+    };
+    const first = await start();
+    try {
+      // Refused before it opens the database: the message names the holder.
+      await expect(start()).rejects.toThrow(
+        new RegExp(`another Burrow server \\(pid ${process.pid}\\) uses the data dir`),
+      );
+    } finally {
+      await first.close();
+    }
+    const again = await start();
+    await again.close();
   });
 });

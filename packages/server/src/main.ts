@@ -1,9 +1,10 @@
-import { chmod, mkdir, stat, writeFile } from 'node:fs/promises';
+import { chmod, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
 import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
 import { GvisorDriver, type GvisorPlatform, loadImageKey } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
+import { lockDataDir, prepareDataDir } from './data-dir.js';
 import { DEFAULT_HEAP_HEADROOM_MIB, installHeapHeadroom } from './heap-headroom.js';
 import { buildApp } from './http/app.js';
 import { DEFAULT_HTTP_LIMITS, type HttpLimits } from './http/http-limits.js';
@@ -258,17 +259,7 @@ export interface Burrow {
  * const burrow = await createBurrow(loadConfig(process.env));
  */
 export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promise<Burrow> {
-  await mkdir(config.dataDir, { recursive: true, mode: 0o700 });
-  // Also a data dir made beforehand (`mkdir /srv/burrow` gives 0755): it holds the database, sandbox disks and
-  // their files, which no other host user may read; mkdir's mode applies only to a directory it makes. A shared
-  // directory (world-writable or sticky, as /tmp) is refused rather than closed to everyone else.
-  if (((await stat(config.dataDir)).mode & 0o1002) !== 0) {
-    throw new Error(
-      `the data dir ${config.dataDir} is shared (world-writable or sticky, like /tmp); give Burrow a directory of ` +
-        'its own (BURROW_DATA_DIR or --data-dir, e.g. /var/lib/burrow)',
-    );
-  }
-  await chmod(config.dataDir, 0o700);
+  await prepareDataDir(config.dataDir);
   const logger = deps.logger ?? pino({ level: config.logLevel }, pino.destination(2));
   const clock = deps.clock ?? systemClock;
   const fsHolders = new FsHolders();
@@ -508,11 +499,21 @@ export async function startServer(
   config: Config,
   deps: BurrowDeps = {},
 ): Promise<{ url: string; burrow: Burrow; close(): Promise<void> }> {
-  const burrow = await createBurrow(config, deps);
+  // Before anything touches the database or the sandboxes: one server per data dir.
+  await prepareDataDir(config.dataDir);
+  const lock = await lockDataDir(config.dataDir);
+  let burrow: Burrow;
+  try {
+    burrow = await createBurrow(config, deps);
+  } catch (error) {
+    lock.release();
+    throw error;
+  }
   const heap = installHeapHeadroom({ headroomMiB: config.heapHeadroomMiB });
   const close = async () => {
     heap.close();
     await burrow.close();
+    lock.release();
   };
   try {
     const key = await ensureAdminKey(burrow, config.dataDir);
