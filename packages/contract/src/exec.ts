@@ -3,6 +3,7 @@ import { Base64Schema } from './base64.js';
 import { EnvSchema, SandboxPathSchema } from './common.js';
 
 export { ExecChannel } from './exec-channel.js';
+export * from './exec-frames.js';
 
 /** Largest `timeoutMs` of one command: 86_400_000 (24 hours). */
 export const MAX_EXEC_TIMEOUT_MS = 86_400_000;

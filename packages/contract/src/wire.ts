@@ -5,5 +5,14 @@
 export { ERROR_HTTP_STATUS, ErrorCode } from './error-codes.js';
 export { EVENT_TYPES } from './event-types.js';
 export { ExecChannel } from './exec-channel.js';
+export {
+  EXEC_FRAME_HEADER_BYTES,
+  EXEC_FRAME_MAX_PAYLOAD_BYTES,
+  EXEC_FRAMES_MEDIA_TYPE,
+  ExecFrameChannel,
+  ExecFrameReader,
+  execFrame,
+  execFrameHeader,
+} from './exec-frames.js';
 export * from './generated/wire-parsers.js';
 export { INVALID, type WireParser } from './wire-parser.js';
