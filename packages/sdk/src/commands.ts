@@ -9,7 +9,7 @@ import {
 } from './command-result.js';
 import { CommandInfoParser, CommandListParser, ExecAnswerParser, ExecResultParser, INVALID } from './contract-wire.js';
 import { BurrowError } from './errors.js';
-import { type ExecSignal, ExecStream } from './exec-stream.js';
+import { type ExecSignal, ExecStream, type ExecTransportKind } from './exec-stream.js';
 import type { HttpClient } from './http-client.js';
 
 /** Options of {@link Commands.run}. */
@@ -67,6 +67,8 @@ export interface StreamCommandOptions {
   user?: string | undefined;
   /** Kill the command when the stream closes before it exits. @default false (it runs on to its timeout) */
   killOnDisconnect?: boolean | undefined;
+  /** How the stream travels (see `ExecStreamOptions.transport`). @default 'http' on Node.js, else 'websocket' */
+  transport?: ExecTransportKind | undefined;
 }
 
 /**
@@ -187,7 +189,7 @@ export class Commands {
   }
 
   /**
-   * Starts a command and streams its output as typed frames over a WebSocket. Write stdin, close it or send a
+   * Starts a command and streams its output as typed frames (over plain HTTP on Node.js, else a WebSocket). Write stdin, close it or send a
    * signal through the returned {@link ExecStream}. A timeout shows as an exit event with `timedOut: true`.
    *
    * @returns the stream; iterating it throws the connection's error (`SandboxNotFoundError`, `ConnectionError`,
@@ -205,6 +207,7 @@ export class Commands {
       stdin: options.stdin,
       signal: options.signal,
       killOnDisconnect: options.killOnDisconnect,
+      transport: options.transport,
     });
   }
 

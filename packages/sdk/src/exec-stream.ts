@@ -1,10 +1,16 @@
-import type { IncomingMessage } from 'node:http';
 import type { ExecClientFrame, ExecRequest, ExitInfo } from '@burrow/contract';
-import type WebSocket from 'ws';
 import { ExecChannel, ExecServerFrameParser, INVALID } from './contract-wire.js';
 import { AbortedError, type BurrowError, ClientErrorCode, errorFromWire, ProtocolError } from './errors.js';
-import { connectionError, errorFromBody, type HttpClient } from './http-client.js';
-import { webSocketClass } from './ws-loader.js';
+import {
+  type ExecConnection,
+  type ExecConnectionEvents,
+  type ExecTransportKind,
+  HttpExecConnection,
+  WebSocketExecConnection,
+} from './exec-connection.js';
+import type { HttpClient } from './http-client.js';
+
+export type { ExecTransportKind } from './exec-connection.js';
 
 /** A signal that can be sent to a running command. */
 export type ExecSignal = Extract<ExecClientFrame, { type: 'signal' }>['signal'];
@@ -26,12 +32,19 @@ export interface ExecStreamOptions {
   signal?: AbortSignal | undefined;
   /** Kill the command when the stream closes before it exits. @default false (it runs on to its timeout) */
   killOnDisconnect?: boolean | undefined;
+  /**
+   * How the stream travels: `'http'` (a plain HTTP/1.1 request whose body stays open for stdin and signals; loads no
+   * WebSocket library) or `'websocket'`. A proxy that buffers request bodies holds back stdin until it ends over
+   * `'http'`: use `'websocket'` behind one for interactive input.
+   * @default 'http' on Node.js with the default `fetch`, else 'websocket'
+   */
+  transport?: ExecTransportKind | undefined;
 }
 
 type StreamState = 'connecting' | 'started' | 'finished' | 'failed';
 
 /**
- * A running command over the streaming exec WebSocket. Iterate it for {@link ExecEvent}s; write stdin, close stdin
+ * A running command over the streaming exec (plain HTTP or WebSocket, see {@link ExecStreamOptions.transport}). Iterate it for {@link ExecEvent}s; write stdin, close stdin
  * or send a signal while it runs. Created by `sandbox.commands.stream()`.
  *
  * @example
@@ -46,9 +59,9 @@ type StreamState = 'connecting' | 'started' | 'finished' | 'failed';
  * ```
  */
 export class ExecStream implements AsyncIterable<ExecEvent> {
-  readonly #socket: WebSocket;
+  readonly #connection: ExecConnection;
   readonly #events: ExecEvent[] = [];
-  readonly #pendingInput: Array<Buffer | string> = [];
+  readonly #pendingInput: Array<{ stdin: Uint8Array } | { control: string }> = [];
   #state: StreamState = 'connecting';
   #failure: BurrowError | undefined;
   #wake: (() => void) | undefined;
@@ -60,8 +73,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
 
   /** @internal Use `sandbox.commands.stream()`. */
   constructor(http: HttpClient, sandboxId: string, request: ExecRequest, options: ExecStreamOptions = {}) {
-    const url = http.url(`/sandboxes/${encodeURIComponent(sandboxId)}/exec/stream`);
-    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    const path = `/sandboxes/${encodeURIComponent(sandboxId)}/exec/stream`;
     this.#signal = options.signal;
     this.#started = new Promise<void>((resolve, reject) => {
       this.#settleStarted = (error) => (error === undefined ? resolve() : reject(error));
@@ -78,49 +90,33 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
       this.writeStdin(options.stdin);
       this.closeStdin();
     }
-    this.#socket = new (webSocketClass())(url, { headers: http.authHeaders() });
-    this.#socket.on('open', () =>
-      this.#send(
-        JSON.stringify({ type: 'start', request, killOnDisconnect: options.killOnDisconnect ?? false } satisfies {
-          type: 'start';
-          request: ExecRequest;
-          killOnDisconnect: boolean;
-        }),
-      ),
-    );
-    this.#socket.on('message', (data, isBinary) => this.#onMessage(toBuffer(data), isBinary));
-    this.#socket.on('unexpected-response', (req, res) => {
-      void readBody(res).then((text) => {
-        this.#fail(errorFromBody(text, res.statusCode ?? 0, headerValue(res.headers['x-request-id'])));
-        req.destroy();
-      });
-    });
-    this.#socket.on('error', (err) => this.#fail(connectionError(http.connection.apiUrl, err)));
-    this.#socket.on('close', (code, reason) => {
-      if (this.#state === 'finished' || this.#state === 'failed') return;
-      this.#fail(
-        new ProtocolError(`the exec stream closed before the command's exit (${code} ${reason.toString()})`, {
-          code: ClientErrorCode.protocolError,
-          hint: 'the server may have restarted; run the command again',
-        }),
-      );
-    });
+    const start = JSON.stringify({
+      type: 'start',
+      request,
+      killOnDisconnect: options.killOnDisconnect ?? false,
+    } satisfies { type: 'start'; request: ExecRequest; killOnDisconnect: boolean });
+    const events: ExecConnectionEvents = {
+      output: (channel, data) => this.#onOutput(channel, data),
+      control: (text) => this.#onControl(text),
+      failed: (error) => this.#fail(error),
+    };
+    const transport = options.transport ?? (http.usesNodeHttp() ? 'http' : 'websocket');
+    this.#connection =
+      transport === 'http'
+        ? new HttpExecConnection(http, path, start, events)
+        : new WebSocketExecConnection(http, path, start, events);
     if (options.signal?.aborted) queueMicrotask(this.#onAbort);
     else options.signal?.addEventListener('abort', this.#onAbort, { once: true });
   }
 
   /** Writes bytes (or UTF-8 text) to the command's stdin. Writes before the command starts are queued. */
   writeStdin(data: string | Uint8Array): void {
-    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-    const frame = Buffer.allocUnsafe(bytes.byteLength + 1);
-    frame[0] = ExecChannel.stdin;
-    frame.set(bytes, 1);
-    this.#sendWhenStarted(frame);
+    this.#sendWhenStarted({ stdin: typeof data === 'string' ? Buffer.from(data, 'utf8') : data });
   }
 
   /** Closes the command's stdin (end of file for the command). */
   closeStdin(): void {
-    this.#sendWhenStarted(JSON.stringify({ type: 'stdin_close' } satisfies ExecClientFrame));
+    this.#sendWhenStarted({ control: JSON.stringify({ type: 'stdin_close' } satisfies ExecClientFrame) });
   }
 
   /**
@@ -128,7 +124,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
    * @param signal - signal name. @default 'SIGTERM'
    */
   kill(signal: ExecSignal = 'SIGTERM'): void {
-    this.#sendWhenStarted(JSON.stringify({ type: 'signal', signal } satisfies ExecClientFrame));
+    this.#sendWhenStarted({ control: JSON.stringify({ type: 'signal', signal } satisfies ExecClientFrame) });
   }
 
   /**
@@ -170,25 +166,24 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     }
   }
 
-  #onMessage(data: Buffer, isBinary: boolean): void {
+  #onOutput(channel: number, data: Uint8Array): void {
     if (this.#state === 'finished' || this.#state === 'failed') return;
-    if (isBinary) {
-      const channel = data[0];
-      const chunk = new Uint8Array(data.buffer, data.byteOffset + 1, data.byteLength - 1);
-      if (channel === ExecChannel.stdout) this.#push({ type: 'stdout', data: chunk });
-      else if (channel === ExecChannel.stderr) this.#push({ type: 'stderr', data: chunk });
-      return;
-    }
+    if (channel === ExecChannel.stdout) this.#push({ type: 'stdout', data });
+    else if (channel === ExecChannel.stderr) this.#push({ type: 'stderr', data });
+  }
+
+  #onControl(text: string): void {
+    if (this.#state === 'finished' || this.#state === 'failed') return;
     let json: unknown;
     try {
-      json = JSON.parse(data.toString('utf8'));
+      json = JSON.parse(text);
     } catch {
       json = undefined;
     }
     const frame = ExecServerFrameParser.parse(json);
     if (frame === INVALID) {
       this.#fail(
-        new ProtocolError(`unexpected exec frame: ${data.toString('utf8').slice(0, 200)}`, {
+        new ProtocolError(`unexpected exec frame: ${text.slice(0, 200)}`, {
           code: ClientErrorCode.protocolError,
         }),
       );
@@ -212,13 +207,14 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     }
   }
 
-  #sendWhenStarted(frame: Buffer | string): void {
-    if (this.#state === 'connecting') this.#pendingInput.push(frame);
-    else if (this.#state === 'started') this.#send(frame);
+  #sendWhenStarted(input: { stdin: Uint8Array } | { control: string }): void {
+    if (this.#state === 'connecting') this.#pendingInput.push(input);
+    else if (this.#state === 'started') this.#send(input);
   }
 
-  #send(frame: Buffer | string): void {
-    if (this.#socket.readyState === this.#socket.OPEN) this.#socket.send(frame);
+  #send(input: { stdin: Uint8Array } | { control: string }): void {
+    if ('stdin' in input) this.#connection.sendStdin(input.stdin);
+    else this.#connection.sendControl(input.control);
   }
 
   #push(event: ExecEvent): void {
@@ -230,7 +226,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     this.#state = 'finished';
     this.#settleStarted();
     this.#release();
-    this.#socket.close(1000);
+    this.#connection.finish();
     this.#wakeUp();
   }
 
@@ -240,7 +236,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     this.#failure = error;
     this.#settleStarted(error);
     this.#release();
-    this.#socket.terminate();
+    this.#connection.terminate();
     this.#wakeUp();
   }
 
@@ -253,23 +249,4 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     this.#wake = undefined;
     wake?.();
   }
-}
-
-function toBuffer(data: WebSocket.RawData): Buffer {
-  if (Buffer.isBuffer(data)) return data;
-  if (Array.isArray(data)) return Buffer.concat(data);
-  return Buffer.from(data);
-}
-
-function headerValue(value: string | string[] | undefined): string {
-  return Array.isArray(value) ? (value[0] ?? '') : (value ?? '');
-}
-
-function readBody(res: IncomingMessage): Promise<string> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    res.on('data', (chunk: Buffer) => chunks.push(chunk));
-    res.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    res.on('error', () => resolve(Buffer.concat(chunks).toString('utf8')));
-  });
 }

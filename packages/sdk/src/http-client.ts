@@ -205,6 +205,11 @@ export class HttpClient {
     }
   }
 
+  /** Whether requests go through node:http (Node.js with the default `fetch`): what the HTTP exec stream needs. */
+  usesNodeHttp(): boolean {
+    return isNodeFetch(this.connection.fetch);
+  }
+
   /** Wraps a thrown fetch failure: an abort becomes {@link AbortedError}, anything else {@link ConnectionError}. */
   networkError(err: unknown, signal?: AbortSignal): BurrowError {
     if (err instanceof BurrowError) return err;
@@ -229,7 +234,20 @@ class StaleSocketError extends Error {
   }
 }
 
-let nodeHttpModules: Promise<{ http: typeof import('node:http'); https: typeof import('node:https') }> | undefined;
+/** node:http and node:https, each loaded on its first request: node:https brings TLS and crypto (~20 ms of CPU). */
+const nodeHttpModules: {
+  'http:'?: Promise<typeof import('node:http')>;
+  'https:'?: Promise<typeof import('node:https')>;
+} = {};
+
+function nodeHttpModule(protocol: string): Promise<Pick<typeof import('node:http'), 'request'>> {
+  if (protocol === 'https:') {
+    nodeHttpModules['https:'] ??= import('node:https');
+    return nodeHttpModules['https:'];
+  }
+  nodeHttpModules['http:'] ??= import('node:http');
+  return nodeHttpModules['http:'];
+}
 
 /** One request through node:http(s) (the default agents keep sockets alive), its answer read whole as UTF-8. */
 async function bufferedNodeRequest(
@@ -239,13 +257,9 @@ async function bufferedNodeRequest(
   body: string | undefined,
   signal: AbortSignal | undefined,
 ): Promise<BufferedAnswer> {
-  nodeHttpModules ??= Promise.all([import('node:http'), import('node:https')]).then(([http, https]) => ({
-    http,
-    https,
-  }));
-  const { http, https } = await nodeHttpModules;
+  const transport = await nodeHttpModule(url.protocol);
   return new Promise((resolve, reject) => {
-    const request = (url.protocol === 'https:' ? https : http).request(url, {
+    const request = transport.request(url, {
       method,
       headers: body === undefined ? headers : { ...headers, 'content-length': String(Buffer.byteLength(body)) },
       ...(signal === undefined ? {} : { signal }),

@@ -75,7 +75,13 @@ export {
   WebhookNotFoundError,
   WebhookUrlForbiddenError,
 } from './errors.js';
-export { type ExecEvent, type ExecSignal, ExecStream, type ExecStreamOptions } from './exec-stream.js';
+export {
+  type ExecEvent,
+  type ExecSignal,
+  ExecStream,
+  type ExecStreamOptions,
+  type ExecTransportKind,
+} from './exec-stream.js';
 export {
   type BatchFile,
   type DownloadOptions,

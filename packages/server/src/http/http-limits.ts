@@ -142,6 +142,8 @@ export function registerHttpLimits(app: ZodApp, limits: HttpLimits): void {
   // `complete === false`: a body still arriving on a real connection (app.inject's requests have no such flag).
   app.addHook('preParsing', async (request, reply, payload) => {
     if (request.raw.complete !== false || !hasBody(request)) return payload;
+    // A live input stream (the HTTP exec stream's stdin) is bounded by its command's timeout, not by a rate.
+    if ((request.routeOptions.config as { interactiveBody?: boolean }).interactiveBody === true) return payload;
     const streamed = request.routeOptions.bodyLimit === UNLIMITED_BODY_BYTES;
     const guarded = guardBody(request.raw, {
       minBytesPerSec: limits.minBodyBytesPerSec,
