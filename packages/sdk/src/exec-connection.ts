@@ -87,7 +87,12 @@ export class HttpExecConnection implements ExecConnection {
         for (const frame of frames) {
           if (this.#done) return;
           if (frame.channel === ExecFrameChannel.control) events.control(Buffer.from(frame.payload).toString('utf8'));
-          else events.output(frame.channel, frame.payload);
+          // A plain Uint8Array view (the chunk is a Buffer), as over the WebSocket.
+          else
+            events.output(
+              frame.channel,
+              new Uint8Array(frame.payload.buffer, frame.payload.byteOffset, frame.payload.byteLength),
+            );
         }
       });
       res.on('end', () => fail(closedEarly('the answer ended')));

@@ -1,14 +1,16 @@
 /**
  * SDK behaviour against a FAKE server (node:http + ws) that speaks the wire protocol with exact control over
- * framing. The real server is exercised by tests/e2e/sdk.test.ts; this layer pins what only a fake can provoke:
+ * framing; one script drives the exec stream over both transports (plain HTTP frames and WebSocket). The real server is exercised by tests/e2e/sdk.test.ts; this layer pins what only a fake can provoke:
  * a UTF-8 character split across frames, delayed `started`, SSE split across chunks, refused connections.
  */
+import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
 import { BurrowClient } from './burrow-client.js';
 import { CommandExitError, CommandTimeoutError } from './command-result.js';
+import { EXEC_FRAMES_MEDIA_TYPE, ExecFrameChannel, ExecFrameReader, execFrame } from './contract-wire.js';
 import { AuthenticationError, ConnectionError, SandboxNotFoundError, TemplateBuildError } from './errors.js';
 import { Sandbox } from './sandbox.js';
 
@@ -56,7 +58,44 @@ const template = {
   error: null,
 };
 
-type Script = (socket: import('ws').WebSocket, start: { cmd: unknown }) => void;
+/** The exec stream as a script sees it: a `ws` WebSocket, or the HTTP stream's bodies dressed as one. */
+interface ScriptSocket {
+  send(data: string | Buffer): void;
+  on(event: 'message', listener: (data: Buffer, isBinary: boolean) => void): unknown;
+}
+type Script = (socket: ScriptSocket, start: { cmd: unknown }) => void;
+
+/** The HTTP exec stream's answer and request body as a {@link ScriptSocket}: text is channel 3, binary `[channel, …]`. */
+class HttpScriptSocket extends EventEmitter implements ScriptSocket {
+  constructor(private readonly res: ServerResponse) {
+    super();
+  }
+
+  send(data: string | Buffer): void {
+    if (!this.res.headersSent) this.res.writeHead(200, { 'content-type': EXEC_FRAMES_MEDIA_TYPE });
+    if (typeof data === 'string') this.res.write(execFrame(ExecFrameChannel.control, data));
+    else this.res.write(execFrame((data[0] ?? 0) as ExecFrameChannel, data.subarray(1)));
+  }
+
+  /** Feeds the request body: the start frame goes to the script, later frames are `message` events. */
+  listen(req: IncomingMessage): void {
+    const reader = new ExecFrameReader();
+    let started = false;
+    req.on('data', (chunk: Buffer) => {
+      for (const { channel, payload } of reader.push(chunk)) {
+        const bytes = Buffer.from(payload);
+        if (!started && channel === ExecFrameChannel.control) {
+          started = true;
+          script(this, JSON.parse(bytes.toString()).request);
+        } else if (channel === ExecFrameChannel.control) {
+          this.emit('message', bytes, false);
+        } else {
+          this.emit('message', Buffer.concat([Buffer.from([channel]), bytes]), true);
+        }
+      }
+    });
+  }
+}
 let script: Script = () => {};
 let apiUrl = '';
 const server = createServer(handle);
@@ -69,6 +108,15 @@ function envelope(res: ServerResponse, status: number, code: string, message: st
 
 function handle(req: IncomingMessage, res: ServerResponse): void {
   const url = new URL(req.url ?? '/', 'http://x');
+  if (url.pathname === `/v1/sandboxes/${SANDBOX_ID}/exec/stream` && req.method === 'POST') {
+    if (req.headers.authorization !== 'Bearer good') {
+      const body = JSON.stringify({ error: { code: 'unauthorized', message: 'bad key', requestId: 'req-ws' } });
+      res.writeHead(401, { 'content-type': 'application/json', 'x-request-id': 'req-ws' });
+      return void res.end(body);
+    }
+    new HttpScriptSocket(res).listen(req);
+    return;
+  }
   if (req.headers.authorization !== 'Bearer good') {
     envelope(res, 401, 'unauthorized', 'bad key');
     return;
@@ -112,7 +160,7 @@ server.on('upgrade', (req, socket, head) => {
     return;
   }
   wss.handleUpgrade(req, socket, head, (ws) => {
-    ws.once('message', (data) => script(ws, JSON.parse(data.toString()).request));
+    ws.once('message', (data) => script(ws as unknown as ScriptSocket, JSON.parse(data.toString()).request));
   });
 });
 
@@ -160,28 +208,31 @@ describe('commands over the fake exec stream', () => {
     });
   });
 
-  it('queues stdin written before `started` and sends it after', async () => {
-    script = (ws) => {
-      const received: Buffer[] = [];
-      ws.on('message', (data, isBinary) => {
-        if (isBinary) received.push((data as Buffer).subarray(1));
-        else if (JSON.parse(data.toString()).type === 'stdin_close') {
-          ws.send(frame(1, Buffer.concat(received)));
-          ws.send(exit(0));
-        }
-      });
-      setTimeout(() => ws.send(JSON.stringify({ type: 'started' })), 30);
-    };
-    const sandbox = await Sandbox.get(SANDBOX_ID, { apiUrl, apiKey: 'good' });
-    const stream = sandbox.commands.stream(['cat']);
-    stream.writeStdin('hello ');
-    stream.writeStdin(new Uint8Array([0xff, 0x00]));
-    stream.closeStdin();
-    const events = [];
-    for await (const event of stream) events.push(event);
-    expect(events[0]).toEqual({ type: 'stdout', data: new Uint8Array([...Buffer.from('hello '), 0xff, 0x00]) });
-    expect(events.at(-1)).toMatchObject({ type: 'exit', exitCode: 0 });
-  });
+  it.each(['http', 'websocket'] as const)(
+    'queues stdin written before `started` and sends it after (%s)',
+    async (transport) => {
+      script = (ws) => {
+        const received: Buffer[] = [];
+        ws.on('message', (data, isBinary) => {
+          if (isBinary) received.push((data as Buffer).subarray(1));
+          else if (JSON.parse(data.toString()).type === 'stdin_close') {
+            ws.send(frame(1, Buffer.concat(received)));
+            ws.send(exit(0));
+          }
+        });
+        setTimeout(() => ws.send(JSON.stringify({ type: 'started' })), 30);
+      };
+      const sandbox = await Sandbox.get(SANDBOX_ID, { apiUrl, apiKey: 'good' });
+      const stream = sandbox.commands.stream(['cat'], { transport });
+      stream.writeStdin('hello ');
+      stream.writeStdin(new Uint8Array([0xff, 0x00]));
+      stream.closeStdin();
+      const events = [];
+      for await (const event of stream) events.push(event);
+      expect(events[0]).toEqual({ type: 'stdout', data: new Uint8Array([...Buffer.from('hello '), 0xff, 0x00]) });
+      expect(events.at(-1)).toMatchObject({ type: 'exit', exitCode: 0 });
+    },
+  );
 
   it('turns a timed-out exit into CommandTimeoutError with the partial output, and check into CommandExitError', async () => {
     script = (ws) => {
@@ -206,10 +257,15 @@ describe('commands over the fake exec stream', () => {
     );
   });
 
-  it('maps a rejected upgrade to AuthenticationError', async () => {
+  it.each(['http', 'websocket'] as const)('maps a refused stream to AuthenticationError (%s)', async (transport) => {
     const { ExecStream } = await import('./exec-stream.js');
     const { HttpClient } = await import('./http-client.js');
-    const stream = new ExecStream(new HttpClient({ apiUrl, apiKey: 'bad' }), SANDBOX_ID, { cmd: 'true' });
+    const stream = new ExecStream(
+      new HttpClient({ apiUrl, apiKey: 'bad' }),
+      SANDBOX_ID,
+      { cmd: 'true' },
+      { transport },
+    );
     const error = await (async () => {
       for await (const _ of stream) {
         // no events expected

@@ -93,8 +93,9 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
         description:
           'Persistent, isolated sandboxes for AI agents. Every route except /v1/health and /v1/openapi.json needs ' +
           '`Authorization: Bearer <key>`; an admin key acts for another tenant with `X-Burrow-Tenant: <tenantId>` (a ' +
-          'member key only for its own). Errors carry one envelope with a stable code. Streaming exec is a WebSocket ' +
-          'at GET /v1/sandboxes/{id}/exec/stream (protocol in @burrow/contract exec.ts).',
+          'member key only for its own). Errors carry one envelope with a stable code. Streaming exec is ' +
+          'POST /v1/sandboxes/{id}/exec/stream (framed HTTP bodies) or a WebSocket at GET on the same path ' +
+          '(docs/exec-protocol.md).',
       },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
