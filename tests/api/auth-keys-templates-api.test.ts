@@ -26,11 +26,22 @@ async function newKey(body: Record<string, unknown>) {
 describe('auth', () => {
   test('missing, malformed, wrong and revoked keys get 401; public routes need none', async () => {
     expectError(await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes' }), 401, 'unauthorized');
-    expectError(
-      await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: { authorization: 'Basic abc' } }),
-      401,
-      'unauthorized',
-    );
+    const basic = await h.burrow.app.inject({
+      method: 'GET',
+      url: '/v1/sandboxes',
+      headers: { authorization: 'Basic YnVycm93OmJrX3g=' },
+    });
+    expectError(basic, 401, 'unauthorized');
+    // Says what came and what to send instead: curl -u sends Basic.
+    expect(basic.json().error.message).toMatch(/bearer tokens, not `Basic`/);
+    expect(basic.json().error.hint).toMatch(/Authorization: Bearer bk_.*instead of -u/);
+    const emptyBearer = await h.burrow.app.inject({
+      method: 'GET',
+      url: '/v1/sandboxes',
+      headers: { authorization: 'Bearer ' },
+    });
+    expectError(emptyBearer, 401, 'unauthorized');
+    expect(emptyBearer.json().error.message).toMatch(/no key after `Bearer`/);
     expectError(
       await h.burrow.app.inject({ method: 'GET', url: '/v1/sandboxes', headers: bearer('bk_wrong') }),
       401,

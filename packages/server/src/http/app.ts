@@ -13,7 +13,6 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
-import { ApiError } from '../util/api-error.js';
 import { newId } from '../util/ids.js';
 import { registerActivityHook } from './activity-hook.js';
 import { registerCommandRoutes } from './command-routes.js';
@@ -32,7 +31,7 @@ import { registerHygieneRoutes, registerMetricsRoute, registerQuarantineGuard } 
 import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
-import { actingPrincipal, bearerSecret, TENANT_HEADER } from './principal.js';
+import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
@@ -124,11 +123,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     const route = request.routeOptions.url;
     if (route === undefined || PUBLIC_ROUTES.has(route)) return;
     const secret = bearerSecret(request.headers.authorization);
-    if (secret === null) {
-      throw new ApiError(ErrorCode.unauthorized, 'no API key', {
-        hint: 'pass `Authorization: Bearer bk_…` (the admin key is in <dataDir>/admin-key)',
-      });
-    }
+    if (secret === null) throw missingKey(request.headers.authorization);
     request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
   registerKeyRequestCap(app, limits);

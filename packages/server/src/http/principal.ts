@@ -34,6 +34,32 @@ export function bearerSecret(header: string | undefined): string | null {
 }
 
 /**
+ * The 401 for a request without a bearer key, saying what to send instead of what came: no header, another scheme
+ * (`Basic`, as `curl -u` and browsers send), or a bearer header without a token.
+ */
+export function missingKey(header: string | undefined): ApiError {
+  const bearer = 'send the key as `Authorization: Bearer bk_…` (the admin key is in <dataDir>/admin-key)';
+  if (header === undefined || header.trim() === '')
+    return new ApiError(ErrorCode.unauthorized, 'no API key', { hint: bearer });
+  const scheme = /^\s*(\S+)/.exec(header)?.[1] ?? '';
+  if (scheme.toLowerCase() === 'bearer') {
+    return new ApiError(ErrorCode.unauthorized, 'the Authorization header names no key after `Bearer`', {
+      hint: bearer,
+    });
+  }
+  return new ApiError(
+    ErrorCode.unauthorized,
+    `this server takes API keys as bearer tokens, not \`${scheme}\` authorization`,
+    {
+      hint:
+        scheme.toLowerCase() === 'basic'
+          ? `${bearer}; with curl use -H 'Authorization: Bearer …' instead of -u (a key in a Basic user or password is not read)`
+          : bearer,
+    },
+  );
+}
+
+/**
  * Request header with which a key names the tenant it acts for. An admin key may name any tenant (an operator
  * managing another tenant's sandboxes, e.g. after that tenant's last key was revoked); a member key only its own.
  */
