@@ -26,6 +26,11 @@ describe('HttpClient on Node (node:http path)', () => {
         return;
       }
       used.add(req.socket);
+      if (req.url?.startsWith('/v1/die')) {
+        // As if the server process died while it worked on the request.
+        req.socket.destroy();
+        return;
+      }
       if (req.url?.startsWith('/v1/refuse')) {
         // An early refusal that leaves the rest of the body unread on a kept-alive connection (as any server may).
         req.once('data', () => req.pause());
@@ -102,6 +107,20 @@ describe('HttpClient on Node (node:http path)', () => {
     expect(http.authHeaders()).toEqual({ authorization: 'Bearer bk_test', 'x-burrow-tenant': 'tenant-b' });
   });
 
+  it('a server that closes the connection mid-request is a ConnectionError that says so', async () => {
+    const http = new HttpClient({ apiUrl, apiKey: 'bk_test' });
+    for (const call of [
+      () => http.json(Echo, 'POST', '/die', { json: { a: 1 } }),
+      () => http.json(Echo, 'PUT', '/die', { body: new Uint8Array(10) }),
+    ]) {
+      const error = await call().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ConnectionError);
+      expect((error as Error).message).toMatch(/closed the connection mid-request/);
+      expect((error as Error).message).not.toMatch(/could not reach/);
+      expect((error as ConnectionError).hint).toMatch(/stopped or restarted/);
+    }
+  });
+
   it('a server that cannot be reached is a ConnectionError naming the URL', async () => {
     const closed = createServer();
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
@@ -111,5 +130,6 @@ describe('HttpClient on Node (node:http path)', () => {
     const error = await http.json(Echo, 'GET', '/echo').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ConnectionError);
     expect((error as Error).message).toContain(url);
+    expect((error as Error).message).toMatch(/could not reach/);
   });
 });

@@ -392,14 +392,35 @@ function toWebStream(source: ReadableStream<Uint8Array> | AsyncIterable<Uint8Arr
   });
 }
 
-/** A {@link ConnectionError} for a server that cannot be reached, with a hint about `BURROW_URL`. */
+/** Error codes of a connection that was open and then went away under a request (not one that never opened). */
+const CLOSED_MID_REQUEST_CODES = new Set(['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED']);
+
+/**
+ * A {@link ConnectionError} for a network failure: a server that closed the connection under a request (it stopped
+ * or restarted mid-call), or one that cannot be reached at all (with a hint about `BURROW_URL`).
+ */
 export function connectionError(apiUrl: string, err: unknown): ConnectionError {
   const reason = describeNetworkError(err);
+  if (closedMidRequest(err)) {
+    return new ConnectionError(`the Burrow server at ${apiUrl} closed the connection mid-request: ${reason}`, {
+      code: ClientErrorCode.connectionFailed,
+      hint: 'the server may have stopped or restarted: check that `burrow server` runs (and its log), then retry; a call that changes something may or may not have taken effect',
+      cause: err,
+    });
+  }
   return new ConnectionError(`could not reach the Burrow server at ${apiUrl}: ${reason}`, {
     code: ClientErrorCode.connectionFailed,
     hint: 'check BURROW_URL (or the apiUrl / --url option) and that `burrow server` is running',
     cause: err,
   });
+}
+
+function closedMidRequest(err: unknown): boolean {
+  for (let at: unknown = err, depth = 0; at instanceof Error && depth < 3; at = at.cause, depth++) {
+    const code = (at as NodeJS.ErrnoException).code;
+    if (code !== undefined && CLOSED_MID_REQUEST_CODES.has(code)) return true;
+  }
+  return false;
 }
 
 function describeNetworkError(err: unknown): string {
