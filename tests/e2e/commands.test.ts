@@ -52,6 +52,21 @@ describe('background commands', () => {
     expect(listed.map((c) => c.commandId)).toContain(handle.commandId);
   });
 
+  it('a spawner FIFO removed inside the sandbox: starting a background command answers 409 at once, saying so', async () => {
+    const own = await Sandbox.create({ ...connection(), labels: { e2e: RUN_ID } });
+    try {
+      await own.commands.run('rm /dev/.burrow-spawn', { check: true });
+      const t0 = Date.now();
+      const error = await own.commands.run('true', { background: true }).catch((e: unknown) => e);
+      expect(Date.now() - t0).toBeLessThan(8_000);
+      expect(error).toMatchObject({ code: 'conflict', status: 409 });
+      expect((error as Error).message).toMatch(/\/dev\/\.burrow-spawn was removed inside/);
+      expect((error as { hint?: string }).hint).toMatch(/stop and start the sandbox/);
+    } finally {
+      await own.delete();
+    }
+  });
+
   it('reattaches from an offset and reads what was written so far without following', async () => {
     const handle = await sandbox.commands.run("printf 'hello world'; sleep 30", { background: true });
     try {

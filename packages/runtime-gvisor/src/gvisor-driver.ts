@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { ErrorCode } from '@burrow/contract';
 import {
   type Capability,
   type CheckpointInfo,
@@ -45,7 +46,7 @@ import { enforceRecordedCpuLimit, prepareBundle } from './sandbox-bundle.js';
 import { CGROUP_PARENT, cgroupParentHash, SandboxCgroups } from './sandbox-cgroups.js';
 import { type SandboxPaths, sandboxPaths } from './sandbox-paths.js';
 import { startSandboxProcess } from './sandbox-process.js';
-import { spawnRequestArgv } from './spawner.js';
+import { SPAWN_FIFO, SPAWN_FIFO_GONE_EXIT, spawnRequestArgv } from './spawner.js';
 
 export type { SandboxPaths } from './sandbox-paths.js';
 
@@ -241,6 +242,13 @@ export class GvisorDriver implements RuntimeDriver {
 
   async spawn(sandboxId: string, options: SpawnOptions): Promise<void> {
     const result = await this.runsc.run(['exec', sandboxId, ...spawnRequestArgv(options)], { timeoutMs: 30_000 });
+    if (result.exitCode === SPAWN_FIFO_GONE_EXIT) {
+      throw new RuntimeError(
+        `the sandbox's spawner cannot be reached: ${SPAWN_FIFO} was removed inside ${sandboxId}`,
+        result.stderr,
+        { code: ErrorCode.conflict },
+      );
+    }
     if (result.exitCode !== 0) {
       throw new RuntimeError(
         `spawning in ${sandboxId} failed (exit ${result.exitCode ?? result.signal})`,

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { CommandInfo } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
-import { FsError, type RuntimeDriver, SandboxFs, type SandboxProcess } from '@burrow/runtime';
+import { FsError, type RuntimeDriver, RuntimeError, SandboxFs, type SandboxProcess } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { SandboxRecord } from '../store/sandbox-store.js';
@@ -372,6 +372,12 @@ export class CommandService {
         cwd: '/',
       });
     } catch (error) {
+      if (error instanceof RuntimeError && error.code === ErrorCode.conflict) {
+        throw new ApiError(ErrorCode.conflict, `background commands cannot start: ${error.message}`, {
+          hint: 'stop and start the sandbox (burrow sandbox stop ID, then start ID; its files are kept) to restore it',
+          cause: error,
+        });
+      }
       throw new ApiError(ErrorCode.runtimeError, `could not start the supervisor: ${(error as Error).message}`, {
         hint: 'check that the sandbox runs',
         cause: error,
