@@ -6,7 +6,7 @@
  * Each sample is a fresh process run under `bash -c '…; times'`: bash's `times` prints the CPU time of the children
  * it waited for (1 ms resolution), so the figure is the process's own CPU, not the wall time the shared host adds.
  * The four commands run in turn within an iteration, so load on the host falls on all of them alike. `exec` streams
- * over plain HTTP (`POST …/exec/stream`): the WebSocket library with TLS and crypto cost it about 80 ms more.
+ * over plain HTTP (`POST …/exec/stream`): the WebSocket library with TLS and crypto would cost it about 80 ms more.
  */
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
