@@ -99,6 +99,7 @@ export async function startSandboxResolver(options: SandboxResolverOptions): Pro
   const inFlight = new Map<string, number>();
   const compiled = new WeakMap<SandboxDnsPolicy, CompiledNetworkPolicy | null>();
   const maxInFlight = options.maxInFlightPerSandbox ?? 64;
+  const strangersWarnedAt = new Map<string, number>();
   let closed = false;
 
   const compile = (policy: SandboxDnsPolicy): CompiledNetworkPolicy | null => {
@@ -115,7 +116,13 @@ export async function startSandboxResolver(options: SandboxResolverOptions): Pro
     if (message.length < HEADER_BYTES || (message.readUInt16BE(2) & 0x8000) !== 0) return null;
     const policy = await options.policyFor(source);
     if (policy === undefined) {
-      logger.warn({ source }, 'DNS query from an address that is no sandbox');
+      // Once a minute per source at most: a flood of strangers' queries must not flood the log.
+      const now = Date.now();
+      if (now - (strangersWarnedAt.get(source) ?? 0) > 60_000) {
+        if (strangersWarnedAt.size > 1000) strangersWarnedAt.clear();
+        strangersWarnedAt.set(source, now);
+        logger.warn({ source }, 'DNS query from an address that is no sandbox');
+      }
       return headerOnly(message, RCODE.REFUSED);
     }
     if (((message.readUInt16BE(2) >> 11) & 0xf) !== 0) return headerOnly(message, RCODE.NOTIMP);
