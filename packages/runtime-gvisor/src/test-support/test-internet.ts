@@ -93,9 +93,13 @@ export async function startTestInternet(options: TestInternetOptions = {}): Prom
   let filesDir: string | undefined;
   let child: ChildProcess | undefined;
   const teardown = async (): Promise<void> => {
-    if (child?.pid !== undefined && child.exitCode === null) {
-      child.stdin?.end();
-      child.kill('SIGKILL');
+    if (child?.pid !== undefined && child.exitCode === null && child.signalCode === null) {
+      const running = child;
+      // Reaped before close() returns: a killed child that is not yet waited for still answers kill(pid, 0).
+      const exited = new Promise((resolve) => running.once('exit', resolve));
+      running.stdin?.end();
+      running.kill('SIGKILL');
+      await exited;
     }
     await removeNamespace(namespace);
     if (filesDir) await rm(filesDir, { recursive: true, force: true });
