@@ -21,7 +21,11 @@ export interface AuthoritativeDnsOptions {
   port?: number;
   /** Zone served: names at or below it are answered, others REFUSED. @default 'test' */
   zone?: string;
-  /** A records by name (lower case, no trailing dot). A name of the zone not listed answers NXDOMAIN. */
+  /**
+   * A records by name (lower case, no trailing dot); a name whose first value is no IPv4 address is a CNAME to that
+   * name (answered with the target's A records when the target is listed). A name of the zone not listed answers
+   * NXDOMAIN.
+   */
   records: Readonly<Record<string, readonly string[]>>;
   /** TTL of every answer in seconds. @default 60 */
   ttlSeconds?: number;
@@ -48,6 +52,16 @@ const CLASSIC_UDP_BYTES = 512;
 export async function startAuthoritativeDns(options: AuthoritativeDnsOptions): Promise<AuthoritativeDns> {
   const zone = (options.zone ?? 'test').toLowerCase();
   const ttl = options.ttlSeconds ?? 60;
+  /** A records of `name`, after the CNAME chain its records start with (a value that is no IPv4 address). */
+  const aRecords = (name: string, asked: string, depth = 0): dnsPacket.Answer[] => {
+    const values = options.records[name] ?? [];
+    const target = values[0];
+    if (target !== undefined && !net.isIPv4(target) && depth < 8) {
+      const cname: dnsPacket.Answer = { type: 'CNAME', name: asked, ttl, class: 'IN', data: target };
+      return [cname, ...aRecords(target, target, depth + 1)];
+    }
+    return values.map((data) => ({ type: 'A', name: asked, ttl, class: 'IN', data }));
+  };
   const answer = (query: Buffer, transport: 'udp' | 'tcp', from: string): Buffer | null => {
     let packet: dnsPacket.DecodedPacket;
     try {
@@ -63,10 +77,7 @@ export async function startAuthoritativeDns(options: AuthoritativeDnsOptions): P
     const inZone = name === zone || name.endsWith(`.${zone}`);
     const addresses = options.records[name];
     const rcode = !inZone ? 5 : addresses === undefined && name !== zone ? 3 : 0;
-    const answers: dnsPacket.Answer[] =
-      rcode === 0 && question.type === 'A'
-        ? (addresses ?? []).map((data) => ({ type: 'A', name: question.name, ttl, class: 'IN', data }))
-        : [];
+    const answers: dnsPacket.Answer[] = rcode === 0 && question.type === 'A' ? aRecords(name, question.name) : [];
     const response: dnsPacket.Packet = {
       type: 'response',
       id: packet.id ?? 0,

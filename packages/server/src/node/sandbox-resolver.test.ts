@@ -30,7 +30,14 @@ describe('sandbox resolver', () => {
 
   beforeAll(async () => {
     internet = await startTestInternet({
-      records: { 'www.test': ['@default'], 'other.test': ['@1'], 'many.test': many, 'secret.evil.test': ['@2'] },
+      records: {
+        'www.test': ['@default'],
+        'other.test': ['@1'],
+        'many.test': many,
+        'secret.evil.test': ['@2'],
+        'alias.test': ['cdn.test'],
+        'cdn.test': ['@1', '@2'],
+      },
       ttlSeconds: 5,
     });
     resolver = await startSandboxResolver({
@@ -76,6 +83,17 @@ describe('sandbox resolver', () => {
     ]);
     expect(resolved[0]?.at).toBeLessThanOrEqual(answeredAt);
     expect(await upstreamSaw('www.test')).toEqual(['udp A']);
+  });
+
+  it('returns the CNAME chain with the A records and passes the addresses to onResolved', async () => {
+    const answer = await ask('alias.test');
+    expect(answer?.answers?.map((record) => `${record.type} ${record.name} ${record.data}`)).toEqual([
+      'CNAME alias.test cdn.test',
+      `A cdn.test ${internet.addresses[1]}`,
+      `A cdn.test ${internet.addresses[2]}`,
+    ]);
+    expect(resolved.map((entry) => entry.addresses)).toEqual([[internet.addresses[1], internet.addresses[2]]]);
+    expect(await upstreamSaw('alias.test')).toEqual(['udp A']);
   });
 
   it('answers NXDOMAIN for a denied name and no query for it reaches the upstream', async () => {
