@@ -10,6 +10,7 @@ export {
   startAuthoritativeDns,
 } from './authoritative-dns.js';
 export { type DnsAnswer, type QueryDnsOptions, queryDns } from './dns-client.js';
+export { makeTestCertificates, type TestCertificates } from './test-certificates.js';
 export {
   startTestInternet,
   sweepTestInternets,

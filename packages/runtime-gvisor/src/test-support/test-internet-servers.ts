@@ -4,8 +4,9 @@
  * (`{"event":"ready"|"dns"|"http"|"pong",...}`), answers `{"type":"ping","id":n}` lines on stdin with a `pong` after every
  * earlier event, and exits when stdin closes (its parent is gone).
  */
-import { createReadStream } from 'node:fs';
+import { createReadStream, readFileSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { startAuthoritativeDns } from './authoritative-dns.js';
@@ -18,6 +19,8 @@ export interface TestInternetServersConfig {
   ttlSeconds: number;
   /** Directory holding the wheels the index serves. */
   filesDir: string;
+  /** Certificate and key (PEM files) of the HTTPS server. */
+  tls: { certPath: string; keyPath: string };
   /** Wheels served under `/simple/<name>/`. */
   wheels: Array<{ name: string; fileName: string; sha256: string }>;
 }
@@ -34,19 +37,18 @@ async function main(): Promise<void> {
     ttlSeconds: config.ttlSeconds,
     onQuery: (query) => emit({ event: 'dns', ...query }),
   });
-  const server = http.createServer((request, response) => {
+  const handler = (scheme: 'http' | 'https') => (request: http.IncomingMessage, response: http.ServerResponse) => {
     const path = new URL(request.url ?? '/', 'http://x').pathname;
-    emit({
-      event: 'http',
-      method: request.method,
-      path,
-      from: request.socket.remoteAddress,
-      host: request.headers.host,
-    });
+    const from = request.socket.remoteAddress;
+    emit({ event: 'http', scheme, method: request.method, path, from, host: request.headers.host });
     route(config, path, request.socket.localAddress ?? '', response);
-  });
+  };
+  const server = http.createServer(handler('http'));
   await new Promise<void>((resolve) => server.listen(80, '0.0.0.0', () => resolve()));
-  emit({ event: 'ready', dnsPort: dns.port, httpPort: 80 });
+  const tls = { cert: readFileSync(config.tls.certPath), key: readFileSync(config.tls.keyPath) };
+  const secure = https.createServer(tls, handler('https'));
+  await new Promise<void>((resolve) => secure.listen(443, '0.0.0.0', () => resolve()));
+  emit({ event: 'ready', dnsPort: dns.port, httpPort: 80, httpsPort: 443 });
 
   const input = createInterface({ input: process.stdin });
   input.on('line', (line) => {

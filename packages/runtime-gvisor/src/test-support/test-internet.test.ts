@@ -29,7 +29,7 @@ describe('test internet', () => {
     expect(ours.some((name) => name.length <= 15 && internet.namespace.endsWith(name.slice(3, 9)))).toBe(true);
   });
 
-  it('serves HTTP to the host on every address and logs the requests', async () => {
+  it("serves HTTP and HTTPS (trusting the run's CA) to the host and logs the requests", async () => {
     for (const address of internet.addresses) {
       const result = await runCommand('curl', ['-sS', '--max-time', '5', `http://${address}/`]);
       expect(result.stdout).toBe(`burrow test internet ${address}\n`);
@@ -45,8 +45,27 @@ describe('test internet', () => {
       `${internet.httpUrl}/bytes/1000000`,
     ]);
     expect(bytes.stdout).toBe('1000000');
+    const secure = await runCommand('curl', [
+      '-sS',
+      '--max-time',
+      '5',
+      '--cacert',
+      internet.tls.caCertPath,
+      '--resolve',
+      `www.test:443:${internet.addresses[0]}`,
+      'https://www.test/',
+    ]);
+    expect(secure.stdout, secure.stderr).toBe(`burrow test internet ${internet.addresses[0]}\n`);
+    const untrusted = await runCommand('curl', ['-sS', '--max-time', '5', `${internet.httpsUrl}/`]);
+    expect(untrusted.exitCode).toBe(60);
     const requests = await internet.httpRequests();
-    expect(requests.map((r) => r.path)).toEqual(['/', '/', '/', '/bytes/1000000']);
+    expect(requests.map((r) => `${r.scheme} ${r.path}`)).toEqual([
+      'http /',
+      'http /',
+      'http /',
+      'http /bytes/1000000',
+      'https /',
+    ]);
     expect(requests[0]?.from).toBe(internet.hostAddress);
   });
 

@@ -8,14 +8,17 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { runCommand } from '../run-command.js';
 import type { DnsQueryRecord } from './authoritative-dns.js';
+import { makeTestCertificates, type TestCertificates } from './test-certificates.js';
 import type { TestInternetServersConfig } from './test-internet-servers.js';
 import { buildTestWheel, type TestWheel } from './test-wheel.js';
 
 /**
  * A test "internet": a network namespace reached from the host over a veth, on a /28 of the benchmark range
  * 198.18.0.0/15 (public for Burrow's policy, never routed off this machine), running an HTTP server (port 80), an
- * authoritative DNS server for `*.test` (port 53, UDP and TCP, logging every query) and a PEP 503 simple index
- * serving a wheel it builds itself. Every network test builds its own; nothing leaves the machine.
+ * HTTPS server (443; its certificate names every record's name, `*.test`, `test` and every address, signed by a CA
+ * made for the run), an authoritative DNS server for `*.test` (port 53, UDP and TCP, logging every query) and a
+ * PEP 503 simple index serving a wheel it builds itself. Every network test builds its own; nothing leaves the
+ * machine.
  */
 export interface TestInternet {
   /** Network namespace name (`btinet-<pid>-<hex>`). */
@@ -30,6 +33,10 @@ export interface TestInternet {
   dns: { address: string; port: number };
   /** `http://<addresses[0]>`. */
   httpUrl: string;
+  /** `https://<addresses[0]>` (the certificate names every address and every record's name). */
+  httpsUrl: string;
+  /** The run's CA: clients trust `tls.caCertPath` (or `tls.caCertPem`) to reach the HTTPS server. */
+  tls: TestCertificates;
   /** The PEP 503 index, `http://<addresses[0]>/simple/`. */
   indexUrl: string;
   /** The wheel the index serves (also on the host, at `wheel.path`). */
@@ -44,6 +51,7 @@ export interface TestInternet {
 
 /** One HTTP request the test internet received. */
 export interface TestHttpRequest {
+  scheme: 'http' | 'https';
   method: string;
   path: string;
   /** Client address as the server saw it. */
@@ -119,11 +127,15 @@ export async function startTestInternet(options: TestInternetOptions = {}): Prom
       options.records ?? { 'www.test': ['@default'], 'pypi.test': ['@default'] },
       addresses,
     );
+    // Every record's name itself: OpenSSL matches no wildcard directly below a top-level domain (`*.test`).
+    const names = ['test', '*.test', ...Object.keys(records)];
+    const tls = await makeTestCertificates({ dir: filesDir, names, addresses });
     const config: TestInternetServersConfig = {
       dnsAddress: addresses[0] ?? '',
       records,
       ttlSeconds: options.ttlSeconds ?? 60,
       filesDir,
+      tls: { certPath: tls.serverCertPath, keyPath: tls.serverKeyPath },
       wheels: [{ name: wheel.name, fileName: wheel.fileName, sha256: wheel.sha256 }],
     };
     child = spawn('ip', ['netns', 'exec', namespace, process.execPath, ...serversCommand(), JSON.stringify(config)], {
@@ -139,6 +151,8 @@ export async function startTestInternet(options: TestInternetOptions = {}): Prom
       cidr,
       dns: { address: dnsAddress, port: Number(ready.dnsPort) },
       httpUrl: `http://${dnsAddress}`,
+      httpsUrl: `https://${dnsAddress}`,
+      tls,
       indexUrl: `http://${dnsAddress}/simple/`,
       wheel,
       dnsQueries: async () => (await events.flushed('dns')) as unknown as DnsQueryRecord[],
