@@ -4,7 +4,7 @@
  *
  * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`,
  * `--creates N` (time-to-first-command samples per variant; default 100, 5 with --quick), `--pool N` (warm pool size
- * during the warm samples; default 4), `--only start,core,cli,exec,files,persistence` (a subset; not written to
+ * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence` (a subset; not written to
  * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200),
  * `--results-dir DIR` (write the result JSON there instead of bench/results, and leave docs/performance.md alone:
  * the CI smoke test `tests/e2e/bench-quick.test.ts` uses it).
@@ -23,6 +23,7 @@ import { Sandbox } from '@burrow/sdk';
 import { loadConfig, setup, startServer } from '@burrow/server';
 import { benchCli } from './cli-bench.js';
 import { benchDensity, type DensityResult } from './density-bench.js';
+import { benchDns } from './dns-bench.js';
 import { benchImageEncryption } from './encryption-bench.js';
 import { benchExec } from './exec-bench.js';
 import { benchFiles } from './files-bench.js';
@@ -102,6 +103,7 @@ async function main(): Promise<void> {
             rootDirOf: (id) => server.burrow.driver.rootDir(id),
           })),
         );
+      if (wants('dns')) rows.push(...(await benchDns({ lookups: quick ? 20 : 500, log })));
       if (wants('persistence')) {
         const persistence = await benchPersistence(conn, raw, { iterations, workDir: join(work, 'images'), log });
         rows.push(...persistence.rows);

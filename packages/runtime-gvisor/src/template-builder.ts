@@ -7,16 +7,41 @@ import { RuntimeError } from '@burrow/runtime';
 import { buildOciSpec } from './oci-spec.js';
 import { abortError, runCommand, tail } from './run-command.js';
 
-/** Debian packages of every template: what agents need, kept lean. `tini` is the sandbox's init. */
+/**
+ * Debian packages of every template: what agents expect (python3 with pip and venv, node with npm, git, curl,
+ * certificates), kept lean. `tini` is the sandbox's init.
+ */
 export const BASE_PACKAGES: readonly string[] = [
   'python3',
   'python3-pip',
   'python3-venv',
+  'nodejs',
+  'npm',
   'git',
   'curl',
   'ca-certificates',
   'procps',
   'tini',
+];
+
+/**
+ * dpkg options of every template's root filesystem. mmdebstrap writes them to `/etc/dpkg/dpkg.cfg.d/99mmdebstrap`
+ * inside the root, so they hold for packages installed later too (`apt-get install` in a sandbox).
+ *
+ * `EXTERNALLY-MANAGED` (PEP 668) is never installed: without it `pip install` works for root (into
+ * `/usr/local/lib/python3.11/dist-packages`, which Debian's own packages never write) and for any other user (pip
+ * falls back to `~/.local`, as the system site is not writable). Excluding the file, rather than setting
+ * `break-system-packages` in `/etc/pip.conf`, covers every installer that honours the marker (pip, uv, pipx) and
+ * every pip configuration a user brings (a user's `pip.conf` or `PIP_CONFIG_FILE` replaces nothing here), and an
+ * upgrade of `libpython3.*-stdlib` cannot bring the marker back. Part of the template id.
+ */
+export const ROOTFS_DPKG_OPTIONS: readonly string[] = [
+  'path-exclude=/usr/share/man/*',
+  'path-exclude=/usr/share/doc/*',
+  'path-include=/usr/share/doc/*/copyright',
+  'path-exclude=/usr/share/locale/*',
+  'path-exclude=/usr/share/info/*',
+  'path-exclude=/usr/lib/python3*/EXTERNALLY-MANAGED',
 ];
 
 /** Debian suite templates are built from. */
@@ -77,13 +102,14 @@ export function templateRecipe(options: Pick<BuildTemplateOptions, 'parent' | 'a
   };
 }
 
-/** Content address of a recipe: sha256 hex of its canonical JSON (fixed key order). */
+/** Content address of a recipe: sha256 hex of its canonical JSON (fixed key order) and the root's dpkg options. */
 export function templateId(recipe: TemplateRecipe): string {
   const canonical = JSON.stringify({
     suite: recipe.suite,
     packages: [...recipe.packages].sort(),
     parentId: recipe.parentId,
     run: recipe.run,
+    dpkg: ROOTFS_DPKG_OPTIONS,
   });
   return createHash('sha256').update(canonical).digest('hex');
 }
@@ -168,11 +194,7 @@ async function debootstrap(rootfsDir: string, recipe: TemplateRecipe, options: B
   const args = [
     '--variant=minbase',
     `--include=${recipe.packages.join(',')}`,
-    '--dpkgopt=path-exclude=/usr/share/man/*',
-    '--dpkgopt=path-exclude=/usr/share/doc/*',
-    '--dpkgopt=path-include=/usr/share/doc/*/copyright',
-    '--dpkgopt=path-exclude=/usr/share/locale/*',
-    '--dpkgopt=path-exclude=/usr/share/info/*',
+    ...ROOTFS_DPKG_OPTIONS.map((option) => `--dpkgopt=${option}`),
     '--customize-hook=rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*',
     recipe.suite,
     rootfsDir,

@@ -14,7 +14,14 @@ export {
   setup,
   startServer,
 } from './main.js';
+export { type DnsUpstream, hostDnsUpstreams, parseDnsUpstreams } from './node/dns-upstreams.js';
 export { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
+export {
+  type SandboxDnsPolicy,
+  type SandboxResolver,
+  type SandboxResolverOptions,
+  startSandboxResolver,
+} from './node/sandbox-resolver.js';
 export type { HostCapacity } from './services/host-capacity.js';
 export type { Principal } from './services/key-service.js';
 export type { Services } from './services/services.js';
