@@ -140,6 +140,16 @@ export class HostHygiene {
       report.orphansReaped.push(key);
       metrics?.leak('reaped', ['snapshot_blob']);
     }
+    // A remote store's chunks and references no snapshot owns (an upload cut short, a delete while S3 was down).
+    if (blobs.sweep !== undefined) {
+      const swept = await blobs.sweep(clock.nowMs(), this.graceMs).catch((error: unknown) => {
+        report.failures.push({ id: 'snapshot-store', message: (error as Error).message });
+        return null;
+      });
+      if (swept !== null && swept.refsRemoved + swept.chunksRemoved > 0) {
+        this.deps.logger.info(swept, 'snapshot store objects no snapshot owns removed');
+      }
+    }
   }
 
   /**
