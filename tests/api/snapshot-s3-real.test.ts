@@ -2,14 +2,15 @@
  * Snapshots in the real S3 server (Swift s3api, BURROW_TEST_S3_STORE) with the real GvisorDriver: a memory
  * snapshot restored from S3 after the source and the local cache are gone (files, a process and the counter in
  * its memory intact), a tampered chunk refused with snapshot_corrupt, S3 stopped during a background upload (the
- * snapshot answers at once, shows `failed`, then `done` once S3 is back), and a durable snapshot with S3 down
+ * snapshot answers at once, shows `failed`, then `done` once S3 is back), a sandbox's deletion removing its unnamed
+ * snapshot's objects, and a durable snapshot with S3 down
  * (refused with snapshot_store_unavailable, the sandbox keeps running).
  */
 import { createHash } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PutObjectCommand } from '@aws-sdk/client-s3';
+import { ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { GvisorDriver } from '@burrow/runtime-gvisor';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -122,7 +123,7 @@ describe.skipIf(s3 === null)('snapshots in the real S3 server over the real Gvis
     expect((await call('DELETE', '/snapshots/s3-restore')).status).toBe(204);
   }, 240_000);
 
-  test('a tampered chunk refuses the restore with snapshot_corrupt and starts nothing', async () => {
+  test('a tampered chunk refuses the restore with snapshot_corrupt; deleting the sandbox deletes its unnamed snapshot in S3', async () => {
     const { call, exec, create, dataDir, burrow } = server;
     const source = (await create()).body.id as string;
     await exec(source, 'head -c 3000000 /dev/urandom > /root/noise');
@@ -155,7 +156,23 @@ describe.skipIf(s3 === null)('snapshots in the real S3 server over the real Gvis
     const rows = await burrow.store.sandboxes.listAcrossTenants();
     expect(rows.filter((r) => r.state === 'running').length).toBeLessThanOrEqual(before);
     expect(await readdir(join(dataDir, 'snapshot-cache'))).not.toContain(id);
-    await call('DELETE', `/sandboxes/${source}`);
+    // Deleting the sandbox deletes its unnamed snapshot's objects in S3; the named one stays.
+    const unnamed = await call('POST', `/sandboxes/${source}/snapshots`, { memory: false });
+    expect(unnamed.status, JSON.stringify(unnamed.body)).toBe(201);
+    await expect
+      .poll(async () => upload((await call('GET', `/snapshots/${unnamed.body.id}`)).body)?.state, { timeout: 120_000 })
+      .toBe('done');
+    const manifests = async () => {
+      const c = createS3Client({ endpoint: at.endpoint, region: at.region });
+      const page = await c.send(new ListObjectsV2Command({ Bucket: at.bucket, Prefix: `${at.prefix}/manifests/` }));
+      c.destroy();
+      return (page.Contents ?? []).map((o) => o.Key as string);
+    };
+    expect(await manifests()).toContain(`${at.prefix}/manifests/${unnamed.body.id}.json`);
+    expect((await call('DELETE', `/sandboxes/${source}`)).status).toBe(204);
+    const left = await manifests();
+    expect(left).not.toContain(`${at.prefix}/manifests/${unnamed.body.id}.json`);
+    expect(left).toContain(`${at.prefix}/manifests/${id}.json`);
   }, 240_000);
 
   describe('with S3 behind a gate the test shuts', () => {
