@@ -96,6 +96,11 @@ describe.skipIf(s3 === null)('S3BlobStore on the real S3 server', () => {
     // The all-zero chunks stay holes: the sparse disk is not written out densely.
     expect((await stat(join(dir, 'disk.img'))).blocks * 512).toBeLessThan(2 * CHUNK);
     expect(await fresh.keys()).toContain(k);
+    // The machine that downloaded it knows it is stored, also after a restart.
+    expect(fresh.uploadStatus(k)?.state).toBe('done');
+    const restarted = store({ cacheDir: cacheOf(fresh) });
+    await restarted.resumePending();
+    expect(restarted.uploadStatus(k)?.state).toBe('done');
   });
 
   it('uploads a chunk shared by two snapshots once, and deleting one keeps what the other uses', async () => {

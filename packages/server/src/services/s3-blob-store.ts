@@ -149,6 +149,10 @@ export class S3BlobStore implements BlobStore {
       await rm(staged, { recursive: true, force: true });
       throw error;
     }
+    // Downloaded, so stored: the record says so on this machine too.
+    await mkdir(join(this.o.cacheDir, '.state'), { recursive: true });
+    await this.writeRecord(key, { state: 'done', bytesTotal: 0, bytesLeft: 0, attempts: 0, error: null });
+    await writeFile(join(this.o.cacheDir, '.state', `${key}.manifest.json`), JSON.stringify(manifest));
     await this.evict(key);
     return dir;
   }
@@ -202,8 +206,12 @@ export class S3BlobStore implements BlobStore {
     return { state: r.state, bytesLeft: r.bytesLeft, error: r.error };
   }
 
-  /** Read upload records a previous process left and start the uploads they name (after a restart). */
+  /**
+   * Read upload records a previous process left and start the uploads they name (after a restart). Staging
+   * directories a killed process left (a snapshot or a download cut short) go first: one server owns the cache.
+   */
   async resumePending(): Promise<void> {
+    await rm(join(this.o.cacheDir, '.staging'), { recursive: true, force: true });
     for (const key of await this.localKeys()) {
       const raw = await readFile(join(this.o.cacheDir, '.state', `${key}.json`), 'utf8').catch(() => null);
       if (raw === null) continue;
