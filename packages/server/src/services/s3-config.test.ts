@@ -7,7 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../main.js';
+import { createBurrow, loadConfig } from '../main.js';
+import { FakeDriver } from '../testing/fake-driver.js';
+import { FakeTemplateBuilder } from '../testing/fake-template-builder.js';
 import { testS3 } from '../testing/test-s3.js';
 import { openS3SnapshotStore, parseS3Url, type SnapshotStoreConfig } from './s3-config.js';
 import type { SnapshotStoreError } from './s3-errors.js';
@@ -112,6 +114,67 @@ describe.skipIf(s3 === null)('openS3SnapshotStore on the real S3 server', () => 
       expect(error.code).toBe('snapshot_store_denied');
     } finally {
       process.env.AWS_SECRET_ACCESS_KEY = saved;
+    }
+  });
+});
+
+describe('a server whose S3 endpoint is down (FakeDriver: no runtime in this test)', () => {
+  it('starts, reconciles (the store pass reported as a failure) and takes snapshots locally with upload failed', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'burrow-s3down-'));
+    const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY };
+    process.env.AWS_ACCESS_KEY_ID ??= 'test:tester';
+    process.env.AWS_SECRET_ACCESS_KEY ??= 'testing';
+    const burrow = await createBurrow(
+      loadConfig(
+        {},
+        {
+          dataDir,
+          snapshotStore: {
+            location: { bucket: 'burrow', prefix: 'down' },
+            endpoint: 'http://127.0.0.1:9',
+            region: 'us-east-1',
+            cacheMiB: 64,
+            durable: false,
+          },
+        },
+      ),
+      {
+        driver: new FakeDriver(join(dataDir, 'fake-sandboxes')),
+        templateBuilder: new FakeTemplateBuilder(join(dataDir, 'fake-templates')),
+        logger: pino({ level: 'silent' }),
+        capacity: { cpuCount: () => 2, memoryMiB: () => 4096, freeDiskMiB: async () => 100_000 },
+      },
+    );
+    try {
+      const report = await burrow.reconciler.reconcileOnce();
+      expect(report.failures.map((f) => f.id)).toContain('snapshot-store');
+      await burrow.services.templates.ensureBase();
+      const headers = { authorization: `Bearer ${await burrow.services.keys.ensureAdminKey()}` };
+      const created = await burrow.app.inject({ method: 'POST', url: '/v1/sandboxes', headers, payload: {} });
+      expect(created.statusCode, created.body).toBe(201);
+      const id = JSON.parse(created.body).id as string;
+      const snap = await burrow.app.inject({
+        method: 'POST',
+        url: `/v1/sandboxes/${id}/snapshots`,
+        headers,
+        payload: { name: 'down-snap', memory: false },
+      });
+      expect(snap.statusCode, snap.body).toBe(201);
+      await expect
+        .poll(
+          async () =>
+            JSON.parse((await burrow.app.inject({ method: 'GET', url: '/v1/snapshots/down-snap', headers })).body)
+              .upload,
+          { timeout: 30_000 },
+        )
+        .toMatchObject({ state: 'failed', error: { code: 'snapshot_store_unavailable' } });
+    } finally {
+      await burrow.close();
+      process.env.AWS_ACCESS_KEY_ID = saved.id;
+      process.env.AWS_SECRET_ACCESS_KEY = saved.secret;
+      if (saved.id === undefined) delete process.env.AWS_ACCESS_KEY_ID;
+      if (saved.secret === undefined) delete process.env.AWS_SECRET_ACCESS_KEY;
+      await rm(dataDir, { recursive: true, force: true });
     }
   });
 });
