@@ -119,7 +119,7 @@ async function main(): Promise<void> {
         );
       }
       if (wants('s3')) {
-        const s3 = await benchS3({ iterations, workDir: work, templatesDir, log });
+        const s3 = await benchS3({ iterations, quick, workDir: work, templatesDir, log });
         rows.push(...s3.rows);
         notes.push(...s3.notes);
       }

@@ -33,6 +33,8 @@ const SIZE_BYTES = 64 * 1024 * 1024;
  */
 export async function benchS3(options: {
   iterations: number;
+  /** One round of each row: checks the harness runs. */
+  quick: boolean;
   workDir: string;
   templatesDir: string;
   log: (message: string) => void;
@@ -50,7 +52,7 @@ export async function benchS3(options: {
   const rows: S3Row[] = [];
   const notes: string[] = [];
   try {
-    const n = Math.max(3, Math.min(options.iterations, 10));
+    const n = options.quick ? 1 : Math.max(3, Math.min(options.iterations, 10));
     const transfer = await benchTransfer(client, at.bucket, prefix, options.workDir, n, log);
     rows.push(transfer.upload, transfer.download);
     const mbps = (s: Summary) => (SIZE_BYTES / 1e6 / (s.p50 / 1000)).toFixed(1);

@@ -61,6 +61,9 @@ interface UploadRecord {
 /** A cached snapshot is kept at least this long after its last use, so a restore reading it is never cut short. */
 const CACHE_MIN_IDLE_MS = 60_000;
 
+/** S3's smallest multipart part, bytes (lib-storage refuses a smaller `partSize`). */
+const MIN_PART_BYTES = 5 * 1024 * 1024;
+
 /** The body of a reference object (a Uint8Array, not a string: the SDK sends it with a known length). */
 const EMPTY = new Uint8Array();
 
@@ -349,25 +352,30 @@ export class S3BlobStore implements BlobStore {
     await this.writeRecord(key, { ...record, state: 'done', bytesLeft: 0, error: null });
   }
 
-  /** Reference first, then the chunk if S3 lacks it: a concurrent unref never sees it unreferenced. */
+  /**
+   * Write this snapshot's reference to the chunk and upload the chunk if S3 lacks it, under the chunk's lock (an
+   * unref in this process never sees it unreferenced in between; the sweep spares objects younger than its grace).
+   * The chunk goes up in one PUT: lib-storage sends a body that fits one part without multipart.
+   */
   private async putChunk(hash: string, key: string, source: ChunkSource): Promise<void> {
     await this.chunkLocks.run(hash, async () => {
-      await this.o.client.send(
-        new PutObjectCommand({ Bucket: this.o.bucket, Key: this.full(`refs/${hash}/${key}`), Body: EMPTY }),
-      );
-      const present = await this.o.client
-        .send(new HeadObjectCommand({ Bucket: this.o.bucket, Key: this.full(`chunks/${hash}`) }))
-        .then(
+      const [, present] = await Promise.all([
+        this.o.client.send(
+          new PutObjectCommand({ Bucket: this.o.bucket, Key: this.full(`refs/${hash}/${key}`), Body: EMPTY }),
+        ),
+        this.o.client.send(new HeadObjectCommand({ Bucket: this.o.bucket, Key: this.full(`chunks/${hash}`) })).then(
           () => true,
           (error: unknown) => {
             if (isNotFound(error)) return false;
             throw error;
           },
-        );
+        ),
+      ]);
       if (present) return;
       const body = await readChunk(source);
       await new Upload({
         client: this.o.client,
+        partSize: Math.max(MIN_PART_BYTES, body.length),
         params: { Bucket: this.o.bucket, Key: this.full(`chunks/${hash}`), Body: body },
       }).done();
     });
