@@ -19,7 +19,7 @@ import { GvisorTemplateBuilder } from '../../packages/server/src/node/gvisor-tem
 import { createS3Client } from '../../packages/server/src/services/s3-config.js';
 import { DEFAULT_CHUNK_BYTES } from '../../packages/server/src/services/snapshot-manifest.js';
 import { TcpGate } from '../../packages/server/src/testing/tcp-gate.js';
-import { testS3 } from '../../packages/server/src/testing/test-s3.js';
+import { emptyTestPrefix, testS3 } from '../../packages/server/src/testing/test-s3.js';
 
 const TEMPLATES_DIR = '/var/tmp/burrow-test-templates';
 const s3 = testS3('snapshot-real');
@@ -84,6 +84,7 @@ describe.skipIf(s3 === null)('snapshots in the real S3 server over the real Gvis
   });
   afterAll(async () => {
     await server?.close();
+    await emptyTestPrefix(at);
   });
 
   test('restores from S3 with the source and the cache gone: files, process and memory intact', async () => {

@@ -13,7 +13,7 @@ import { DeleteObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client }
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TcpGate } from '../testing/tcp-gate.js';
-import { testS3 } from '../testing/test-s3.js';
+import { emptyTestPrefix, testS3 } from '../testing/test-s3.js';
 import { S3BlobStore, type S3BlobStoreOptions } from './s3-blob-store.js';
 import { createS3Client } from './s3-config.js';
 import type { SnapshotStoreError } from './s3-errors.js';
@@ -35,6 +35,7 @@ describe.skipIf(s3 === null)('S3BlobStore on the real S3 server', () => {
   afterAll(async () => {
     await rm(root, { recursive: true, force: true });
     client.destroy();
+    await emptyTestPrefix(at);
   });
 
   const key = () => `snp_${randomBytes(10).toString('hex')}`;

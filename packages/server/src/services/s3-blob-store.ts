@@ -12,6 +12,7 @@ import {
 } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import type { Logger } from 'pino';
+import { forEachLimited } from '../util/for-each-limited.js';
 import { KeyedMutex } from '../util/keyed-mutex.js';
 import type { BlobStore, BlobSweepReport, UploadStatus } from './blob-store.js';
 import { classifyS3Error, isNotFound, SnapshotStoreError } from './s3-errors.js';
@@ -582,24 +583,4 @@ async function duBytes(dir: string): Promise<number> {
     total += st.isDirectory() ? await duBytes(path) : st.blocks * 512;
   }
   return total;
-}
-
-/** Run `fn` over `items`, `limit` at a time; on a failure no new item starts, and it throws once all stopped. */
-async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  let failed = false;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (!failed && next < items.length) {
-      const item = items[next++] as T;
-      try {
-        await fn(item);
-      } catch (error) {
-        failed = true;
-        throw error;
-      }
-    }
-  });
-  const results = await Promise.allSettled(workers);
-  const rejected = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (rejected !== undefined) throw rejected.reason;
 }

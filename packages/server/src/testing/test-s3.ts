@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { parseS3Url, type S3Location } from '../services/s3-config.js';
+import { DeleteObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { createS3Client, parseS3Url, type S3Location } from '../services/s3-config.js';
 
 /** The real S3 server of the tests (scripts/start-s3.sh), and a fresh prefix in it for one test file. */
 export interface TestS3 extends S3Location {
@@ -27,4 +28,19 @@ export function testS3(label: string): TestS3 | null {
   const at = parseS3Url(store);
   const prefix = [at.prefix, `t-${label}-${randomBytes(4).toString('hex')}`].filter((p) => p !== '').join('/');
   return { bucket: at.bucket, prefix, endpoint, region: process.env.AWS_REGION ?? 'us-east-1' };
+}
+
+/** Delete every object under the test's prefix (its afterAll), so test runs do not fill the local S3 server. */
+export async function emptyTestPrefix(at: TestS3): Promise<void> {
+  const client = createS3Client({ endpoint: at.endpoint, region: at.region });
+  try {
+    for (;;) {
+      const page = await client.send(new ListObjectsV2Command({ Bucket: at.bucket, Prefix: `${at.prefix}/` }));
+      const keys = (page.Contents ?? []).map((c) => c.Key as string);
+      if (keys.length === 0) return;
+      for (const key of keys) await client.send(new DeleteObjectCommand({ Bucket: at.bucket, Key: key }));
+    }
+  } finally {
+    client.destroy();
+  }
 }
