@@ -4,11 +4,12 @@
  *
  * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`,
  * `--creates N` (time-to-first-command samples per variant; default 100, 5 with --quick), `--pool N` (warm pool size
- * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence` (a subset; not written to
+ * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence,s3` (a subset; not written to
  * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200),
  * `--results-dir DIR` (write the result JSON there instead of bench/results, and leave docs/performance.md alone:
  * the CI smoke test `tests/e2e/bench-quick.test.ts` uses it).
- * Env: `BURROW_BENCH_TEMPLATES_DIR` (default /var/tmp/burrow-test-templates, shared with the tests).
+ * Env: `BURROW_BENCH_TEMPLATES_DIR` (default /var/tmp/burrow-test-templates, shared with the tests);
+ * `BURROW_BENCH_S3_STORE=s3://bucket/prefix` with AWS_* for the S3 rows (skipped with a note without it).
  *
  * docs/performance.md is regenerated from the newest full run and the newest density run in bench/results, with
  * each row's change against the previous full run (reproducibility).
@@ -31,6 +32,7 @@ import { type HostConditions, startHostConditions } from './host-conditions.js';
 import { benchPersistence } from './persistence-bench.js';
 import { RawRunsc } from './raw-runsc.js';
 import { loadRuns, type Row, type RunResult, renderMarkdown } from './report.js';
+import { benchS3 } from './s3-bench.js';
 import { benchStart } from './start-bench.js';
 import { summarize, time } from './stats.js';
 
@@ -117,6 +119,11 @@ async function main(): Promise<void> {
             `(memory cost at its peak: idle ${(encryption.imageBytes.idle / 1e6).toFixed(1)} MB, 512 MiB dirty ` +
             `${(encryption.imageBytes.dirty / 1e6).toFixed(1)} MB).`,
         );
+      }
+      if (wants('s3')) {
+        const s3 = await benchS3({ iterations, quick, workDir: work, templatesDir, log });
+        rows.push(...s3.rows);
+        notes.push(...s3.notes);
       }
     }
     host = await conditions.finish();

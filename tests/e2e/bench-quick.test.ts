@@ -109,6 +109,10 @@ describe('npm run bench -- --quick', () => {
       'encrypted images: pause, 512 MiB dirty',
       'encrypted images: resume, 512 MiB dirty',
     ];
+    // With an S3 server configured (CI starts one): the S3 store's rows, each against its plain-SDK or cached baseline.
+    if (process.env.BURROW_TEST_S3_STORE !== undefined) {
+      withRaw.push('S3 snapshot upload', 'S3 snapshot download', 'create from a memory snapshot, cache dropped');
+    }
     for (const prefix of withRaw) {
       const row = find(prefix);
       expect(row.raw?.p50, prefix).toBeGreaterThan(0);

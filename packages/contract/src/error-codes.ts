@@ -60,6 +60,20 @@ export const ErrorCode = {
   /** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
   checkpointRejected: 'checkpoint_rejected',
   /**
+   * The S3 snapshot store did not answer (connection refused, timeout, a 5xx): a durable snapshot is not taken, a
+   * restore of a snapshot that is not cached locally cannot start. Retry once the store is up.
+   */
+  snapshotStoreUnavailable: 'snapshot_store_unavailable',
+  /** The S3 snapshot store refused the server's credentials (wrong key, signature, or no access to the prefix). */
+  snapshotStoreDenied: 'snapshot_store_denied',
+  /** The bucket named in the server's snapshot store setting does not exist. */
+  snapshotStoreBucketMissing: 'snapshot_store_bucket_missing',
+  /**
+   * A chunk of a snapshot in the S3 store is missing or its bytes do not match their sha256: the restore is
+   * refused and nothing is started from it.
+   */
+  snapshotCorrupt: 'snapshot_corrupt',
+  /**
    * A pause, fork or memory snapshot is refused: a process in the sandbox keeps a deleted file open or works in a
    * deleted directory outside `/tmp`, which the runtime cannot save. `details.blockers` name the process and path;
    * the sandbox keeps running.
@@ -132,6 +146,10 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   snapshot_not_found: 404,
   snapshot_exists: 409,
   checkpoint_rejected: 422,
+  snapshot_store_unavailable: 503,
+  snapshot_store_denied: 502,
+  snapshot_store_bucket_missing: 502,
+  snapshot_corrupt: 422,
   deleted_file_open: 409,
   host_socket_open: 409,
   unsupported: 501,

@@ -21,6 +21,22 @@ export const CreateSnapshotRequestSchema = z
   .meta({ id: 'CreateSnapshotRequest' });
 export type CreateSnapshotRequest = z.input<typeof CreateSnapshotRequestSchema>;
 
+/**
+ * Where a snapshot's copy in the server's S3 store stands: `pending` (queued or uploading), `failed` (the last
+ * attempt failed; a retry with backoff is scheduled; `error` says why) or `done`. A restore works in every state on
+ * the machine that took the snapshot; elsewhere only once `done`.
+ */
+export const SnapshotUploadSchema = z
+  .object({
+    state: z.enum(['pending', 'done', 'failed']),
+    /** Bytes still to send (0 once done, and before the chunks are counted). */
+    bytesLeft: z.number().int().nonnegative(),
+    /** The last attempt's failure, with its stable error code, or null. */
+    error: z.object({ code: z.string(), message: z.string() }).nullable(),
+  })
+  .meta({ id: 'SnapshotUpload' });
+export type SnapshotUpload = z.infer<typeof SnapshotUploadSchema>;
+
 /** An immutable, checksummed record of a sandbox's files and optionally its processes and memory. */
 export const SnapshotSchema = z
   .object({
@@ -47,6 +63,8 @@ export const SnapshotSchema = z
     expiresAt: InstantSchema.nullable(),
     /** The deadline as `{ at, action: 'delete', reason: 'snapshot-retention' }`, or null. */
     expiry: ExpirySchema.nullable(),
+    /** Its upload to the server's S3 snapshot store (`BURROW_SNAPSHOT_STORE=s3://…`), or null with a local store. */
+    upload: SnapshotUploadSchema.nullable(),
   })
   .meta({ id: 'Snapshot' });
 export type Snapshot = z.infer<typeof SnapshotSchema>;

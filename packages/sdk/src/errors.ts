@@ -117,6 +117,14 @@ export class SnapshotNotFoundError extends BurrowError {}
 /** A checkpoint image or snapshot failed verification (altered, truncated, or from another runtime version). */
 export class CheckpointRejectedError extends BurrowError {}
 /**
+ * The server's S3 snapshot store failed: down (`snapshot_store_unavailable`, 503), refused the server's credentials
+ * (`snapshot_store_denied`, 502) or its bucket does not exist (`snapshot_store_bucket_missing`, 502). The operator
+ * fixes the store; a snapshot that was not taken can be taken again.
+ */
+export class SnapshotStoreError extends BurrowError {}
+/** A stored chunk of the snapshot is missing or altered (`snapshot_corrupt`): it is not restored. */
+export class SnapshotCorruptError extends BurrowError {}
+/**
  * A pause, fork or memory snapshot is refused by the sandbox's own state, which the runtime cannot save
  * (`deleted_file_open`: a process keeps a deleted file open or works in a deleted directory outside /tmp;
  * `host_socket_open`: a process holds a host socket; HTTP 409). `details.blockers` name the process and path; the
@@ -180,6 +188,10 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   snapshot_not_found: SnapshotNotFoundError,
   snapshot_exists: ConflictError,
   checkpoint_rejected: CheckpointRejectedError,
+  snapshot_store_unavailable: SnapshotStoreError,
+  snapshot_store_denied: SnapshotStoreError,
+  snapshot_store_bucket_missing: SnapshotStoreError,
+  snapshot_corrupt: SnapshotCorruptError,
   deleted_file_open: CheckpointBlockedError,
   host_socket_open: CheckpointBlockedError,
   unsupported: UnsupportedError,

@@ -24,6 +24,9 @@ export {
 } from './node/sandbox-resolver.js';
 export type { HostCapacity } from './services/host-capacity.js';
 export type { Principal } from './services/key-service.js';
+export { S3BlobStore, type S3BlobStoreOptions } from './services/s3-blob-store.js';
+export { createS3Client, parseS3Url, type S3Location, type SnapshotStoreConfig } from './services/s3-config.js';
+export { SnapshotStoreError } from './services/s3-errors.js';
 export type { Services } from './services/services.js';
 export type { BuiltTemplateInfo, TemplateBuilder } from './services/template-service.js';
 export { parseWarmPool, WarmPool, type WarmPoolReport, type WarmPoolTarget } from './services/warm-pool.js';

@@ -27,6 +27,7 @@ import { KeyService } from './services/key-service.js';
 import { Metrics, type MetricsSources } from './services/metrics.js';
 import { PolicyService } from './services/policy-service.js';
 import { QuotaService } from './services/quota-service.js';
+import { openS3SnapshotStore, parseS3Url, type SnapshotStoreConfig } from './services/s3-config.js';
 import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
@@ -107,6 +108,14 @@ export interface Config {
    *   uses `<dataDir>/image-key`, generated on first start
    */
   imageEncryption: { keyFile: string; create: boolean } | null;
+  /**
+   * Snapshots in S3 (docs/s3.md) instead of `<dataDir>/snapshots`, or null.
+   * @default null. BURROW_SNAPSHOT_STORE=s3://bucket/prefix turns it on, with the standard AWS variables and files
+   *   (AWS_ENDPOINT_URL, AWS_REGION, AWS_PROFILE, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY);
+   *   BURROW_SNAPSHOT_CACHE_MIB sizes the local cache (default 10_240, 10 GiB); BURROW_SNAPSHOT_DURABLE=s3 makes a
+   *   snapshot answer only once it is in S3 (default `local`: it answers once on local disk and uploads behind)
+   */
+  snapshotStore?: SnapshotStoreConfig | null;
   /**
    * TEST HOOK for the kill -9 suite: the named crash point (see `crashPoint` in @burrow/runtime) armed by
    * {@link startServer} after its first reconcile pass; the server SIGKILLs itself when it gets there.
@@ -198,7 +207,28 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
       overrides.heapHeadroomMiB ??
       intFrom(env.BURROW_HEAP_HEADROOM_MIB, 'BURROW_HEAP_HEADROOM_MIB', DEFAULT_HEAP_HEADROOM_MIB),
     imageEncryption: overrides.imageEncryption ?? imageEncryptionFrom(env, dataDir),
+    snapshotStore: overrides.snapshotStore ?? snapshotStoreFrom(env),
     testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
+  };
+}
+
+/** {@link Config.snapshotStore} from BURROW_SNAPSHOT_STORE, BURROW_SNAPSHOT_CACHE_MIB, BURROW_SNAPSHOT_DURABLE. */
+function snapshotStoreFrom(env: Readonly<Record<string, string | undefined>>): SnapshotStoreConfig | null {
+  const url = env.BURROW_SNAPSHOT_STORE ?? '';
+  const durable = env.BURROW_SNAPSHOT_DURABLE ?? 'local';
+  if (durable !== 'local' && durable !== 's3') {
+    throw new RangeError(`BURROW_SNAPSHOT_DURABLE must be local or s3, got ${durable}`);
+  }
+  if (url === '') {
+    if (durable === 's3') throw new RangeError('BURROW_SNAPSHOT_DURABLE=s3 needs BURROW_SNAPSHOT_STORE=s3://…');
+    return null;
+  }
+  return {
+    location: parseS3Url(url),
+    endpoint: env.AWS_ENDPOINT_URL || null,
+    region: env.AWS_REGION || env.AWS_DEFAULT_REGION || null,
+    cacheMiB: intFrom(env.BURROW_SNAPSHOT_CACHE_MIB, 'BURROW_SNAPSHOT_CACHE_MIB', 10_240),
+    durable: durable === 's3',
   };
 }
 
@@ -309,7 +339,14 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     allowInternalTargets: config.webhookAllowPrivate,
   });
   events.onAppended = () => webhooks.kick();
-  const blobs = deps.blobs ?? new LocalDirBlobStore(join(config.dataDir, 'snapshots'));
+  const s3 =
+    deps.blobs === undefined && config.snapshotStore != null
+      ? await openS3SnapshotStore(config.snapshotStore, {
+          cacheDir: join(config.dataDir, 'snapshot-cache'),
+          logger: logger.child({ component: 'snapshot-store' }),
+        })
+      : null;
+  const blobs = deps.blobs ?? s3 ?? new LocalDirBlobStore(join(config.dataDir, 'snapshots'));
   const keys = new KeyService({ keys: store.keys, clock, logger });
   const templates = new TemplateService({
     templates: store.templates,
@@ -438,6 +475,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await policies.stop();
       await webhooks.stop();
       await reconciler.stop();
+      s3?.close();
       await events.flush();
       await app.close();
       await driver.close?.();

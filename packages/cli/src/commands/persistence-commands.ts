@@ -146,6 +146,15 @@ function describeSnapshot(info: Snapshot): string {
     ['runtime', info.runtimeVersion],
     ['created', info.createdAt],
   ];
+  // Only a server with its snapshots in S3 reports an upload.
+  if (info.upload !== null) rows.push(['upload', describeUpload(info.upload)]);
   const width = Math.max(...rows.map(([key]) => key.length));
   return rows.map(([key, value]) => `${`${key}:`.padEnd(width + 2)}${value}\n`).join('');
+}
+
+/** `pending (12.0MiB left)`, `done`, or `failed (code: message; retrying)`. */
+function describeUpload(upload: NonNullable<Snapshot['upload']>): string {
+  if (upload.state === 'done') return 'done';
+  if (upload.state === 'pending') return `pending (${mib(upload.bytesLeft)} left)`;
+  return `failed (${upload.error?.code ?? 'unknown'}: ${upload.error?.message ?? ''}; retrying)`;
 }

@@ -571,7 +571,7 @@ export const CreatedWebhookParser: WireParser<z.output<typeof contract.CreatedWe
 export const ErrorEnvelopeParser: WireParser<z.output<typeof contract.ErrorEnvelopeSchema>> = {
   schemaName: 'ErrorEnvelopeSchema',
   parse: lazyParser(() => {
-  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "internal_error"]);
+  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "internal_error"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["error"];
@@ -2182,6 +2182,7 @@ export const SnapshotListParser: WireParser<z.output<typeof contract.SnapshotLis
   const c3 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
   const c4 = new Set(["pause", "stop", "delete"]);
   const c5 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
+  const c6 = new Set(["pending", "done", "failed"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -2249,11 +2250,35 @@ export const SnapshotListParser: WireParser<z.output<typeof contract.SnapshotLis
       const v22 = { "at": v19, "action": v20, "reason": v21 };
       v18 = v22;
     }
-    const v23 = { "id": v4, "name": v6, "sandboxId": v7, "template": v8, "templateId": v9, "memory": v10, "imageSizeBytes": v11, "diskSizeBytes": v12, "runtimeVersion": v13, "createdAt": v14, "expiresAt": v16, "expiry": v18 };
-    v1[v2] = v23;
+    const v23 = v3["upload"];
+    let v24 = null;
+    if (v23 !== null) {
+      if (typeof v23 !== "object" || v23 === null || Array.isArray(v23)) return INVALID;
+      const v25 = v23["state"];
+      if (!c6.has(v25)) return INVALID;
+      const v26 = v23["bytesLeft"];
+      if (typeof v26 !== "number" || !Number.isFinite(v26)) return INVALID;
+      if (!Number.isSafeInteger(v26)) return INVALID;
+      if (v26 < 0) return INVALID;
+      const v27 = v23["error"];
+      let v28 = null;
+      if (v27 !== null) {
+        if (typeof v27 !== "object" || v27 === null || Array.isArray(v27)) return INVALID;
+        const v29 = v27["code"];
+        if (typeof v29 !== "string") return INVALID;
+        const v30 = v27["message"];
+        if (typeof v30 !== "string") return INVALID;
+        const v31 = { "code": v29, "message": v30 };
+        v28 = v31;
+      }
+      const v32 = { "state": v25, "bytesLeft": v26, "error": v28 };
+      v24 = v32;
+    }
+    const v33 = { "id": v4, "name": v6, "sandboxId": v7, "template": v8, "templateId": v9, "memory": v10, "imageSizeBytes": v11, "diskSizeBytes": v12, "runtimeVersion": v13, "createdAt": v14, "expiresAt": v16, "expiry": v18, "upload": v24 };
+    v1[v2] = v33;
   }
-  const v24 = { "items": v1 };
-  return v24;
+  const v34 = { "items": v1 };
+  return v34;
   };
   }),
 };
@@ -2268,6 +2293,7 @@ export const SnapshotParser: WireParser<z.output<typeof contract.SnapshotSchema>
   const c3 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
   const c4 = new Set(["pause", "stop", "delete"]);
   const c5 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
+  const c6 = new Set(["pending", "done", "failed"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["id"];
@@ -2329,8 +2355,32 @@ export const SnapshotParser: WireParser<z.output<typeof contract.SnapshotSchema>
     const v18 = { "at": v15, "action": v16, "reason": v17 };
     v14 = v18;
   }
-  const v19 = { "id": v0, "name": v2, "sandboxId": v3, "template": v4, "templateId": v5, "memory": v6, "imageSizeBytes": v7, "diskSizeBytes": v8, "runtimeVersion": v9, "createdAt": v10, "expiresAt": v12, "expiry": v14 };
-  return v19;
+  const v19 = input["upload"];
+  let v20 = null;
+  if (v19 !== null) {
+    if (typeof v19 !== "object" || v19 === null || Array.isArray(v19)) return INVALID;
+    const v21 = v19["state"];
+    if (!c6.has(v21)) return INVALID;
+    const v22 = v19["bytesLeft"];
+    if (typeof v22 !== "number" || !Number.isFinite(v22)) return INVALID;
+    if (!Number.isSafeInteger(v22)) return INVALID;
+    if (v22 < 0) return INVALID;
+    const v23 = v19["error"];
+    let v24 = null;
+    if (v23 !== null) {
+      if (typeof v23 !== "object" || v23 === null || Array.isArray(v23)) return INVALID;
+      const v25 = v23["code"];
+      if (typeof v25 !== "string") return INVALID;
+      const v26 = v23["message"];
+      if (typeof v26 !== "string") return INVALID;
+      const v27 = { "code": v25, "message": v26 };
+      v24 = v27;
+    }
+    const v28 = { "state": v21, "bytesLeft": v22, "error": v24 };
+    v20 = v28;
+  }
+  const v29 = { "id": v0, "name": v2, "sandboxId": v3, "template": v4, "templateId": v5, "memory": v6, "imageSizeBytes": v7, "diskSizeBytes": v8, "runtimeVersion": v9, "createdAt": v10, "expiresAt": v12, "expiry": v14, "upload": v20 };
+  return v29;
   };
   }),
 };

@@ -122,8 +122,13 @@ export class HostHygiene {
   /** Reap snapshot blobs no snapshot row owns (a crash between bytes and row) once their grace ran out. */
   async reapBlobs(report: HygieneReport): Promise<void> {
     const { snapshots, blobs, clock, metrics } = this.deps;
-    // Keys before rows: a snapshot committed in between has its row by the time rows are read.
-    const keys = await blobs.keys();
+    // Keys before rows: a snapshot committed in between has its row by the time rows are read. A remote store that
+    // does not answer skips the pass (reported), never fails the reconcile pass around it.
+    const keys = await blobs.keys().catch((error: unknown) => {
+      report.failures.push({ id: 'snapshot-store', message: (error as Error).message });
+      return null;
+    });
+    if (keys === null) return;
     const owned = new Set((await snapshots.listAcrossTenants()).map((s) => s.id));
     const decision = orphansDue(clock.nowMs(), keys, owned, this.blobFirstSeenMs, this.graceMs);
     this.blobFirstSeenMs = decision.firstSeenMs;
@@ -139,6 +144,16 @@ export class HostHygiene {
       this.blobFirstSeenMs.delete(key);
       report.orphansReaped.push(key);
       metrics?.leak('reaped', ['snapshot_blob']);
+    }
+    // A remote store's chunks and references no snapshot owns (an upload cut short, a delete while S3 was down).
+    if (blobs.sweep !== undefined) {
+      const swept = await blobs.sweep(clock.nowMs(), this.graceMs).catch((error: unknown) => {
+        report.failures.push({ id: 'snapshot-store', message: (error as Error).message });
+        return null;
+      });
+      if (swept !== null && swept.refsRemoved + swept.chunksRemoved > 0) {
+        this.deps.logger.info(swept, 'snapshot store objects no snapshot owns removed');
+      }
     }
   }
 

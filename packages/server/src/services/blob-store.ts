@@ -2,9 +2,26 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 
+/** Where a snapshot's upload to a remote store stands. */
+export interface UploadStatus {
+  /** `pending`: queued or uploading; `failed`: the last attempt failed and a retry is scheduled; `done`: stored. */
+  state: 'pending' | 'done' | 'failed';
+  /** Bytes still to send, as far as known (0 before the chunks are counted and once done). */
+  bytesLeft: number;
+  /** The last attempt's failure, with its stable code. */
+  error: { code: string; message: string } | null;
+}
+
+/** What an orphan sweep of a remote store removed. */
+export interface BlobSweepReport {
+  refsRemoved: number;
+  chunksRemoved: number;
+}
+
 /**
- * Where snapshot bytes live: one directory of files per key. The local dir store is the one implementation; an S3
- * store stages and uploads in `commit` and downloads in `open`.
+ * Where snapshot bytes live: one directory of files per key. {@link LocalDirBlobStore} keeps them in a local
+ * directory; S3BlobStore (s3-blob-store.ts) stages and caches locally, uploads after `commit` and downloads in
+ * `open`.
  */
 export interface BlobStore {
   /** A new empty local directory to write a blob into before {@link commit}. */
@@ -17,6 +34,10 @@ export interface BlobStore {
   delete(key: string): Promise<void>;
   /** Keys stored, for reaping blobs no row owns. */
   keys(): Promise<string[]>;
+  /** The upload state of `key` in a remote store; absent or null for a local store. */
+  uploadStatus?(key: string): UploadStatus | null;
+  /** Remove remote objects no key owns once older than `graceMs` (a remote store only). */
+  sweep?(nowMs: number, graceMs: number): Promise<BlobSweepReport>;
 }
 
 /** Keys are ids such as `snp_…`: no path separators or dots. */

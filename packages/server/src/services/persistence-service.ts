@@ -30,6 +30,7 @@ import type { BlobStore } from './blob-store.js';
 import type { EventService } from './event-service.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
+import { SnapshotStoreError } from './s3-errors.js';
 import type { TemplateService } from './template-service.js';
 
 /** What the persistence verbs need of the sandbox service: read a row the caller may see, and show it. */
@@ -56,8 +57,8 @@ export interface PersistenceDeps {
   events?: EventService | undefined;
 }
 
-/** A snapshot row as the API shows it. */
-export function toSnapshot(r: SnapshotRecord): Snapshot {
+/** A snapshot row as the API shows it, with its upload state in a remote store (null for a local one). */
+export function toSnapshot(r: SnapshotRecord, upload: Snapshot['upload'] = null): Snapshot {
   // Once retention announced the deletion (its warning event), the time it will be carried out.
   const times = [r.expiresAt, r.retentionDeleteAt].filter((t): t is string => typeof t === 'string');
   const deletionAt = times.length === 0 ? null : times.reduce((a, b) => (Date.parse(a) >= Date.parse(b) ? a : b));
@@ -74,6 +75,7 @@ export function toSnapshot(r: SnapshotRecord): Snapshot {
     createdAt: r.createdAt,
     expiresAt: deletionAt,
     expiry: deletionAt === null ? null : { at: deletionAt, action: 'delete', reason: 'snapshot-retention' },
+    upload,
   };
 }
 
@@ -93,6 +95,9 @@ const CHECKPOINT_BLOCKED_HINTS: Record<CheckpointBlockReason, string> = {
 /** Turn a driver failure into an API error with a stable code. */
 export function runtimeFailure(what: string, error: unknown): ApiError {
   if (error instanceof ApiError) return error;
+  if (error instanceof SnapshotStoreError) {
+    return new ApiError(error.code, `${what}: ${error.message}`, { hint: error.hint, cause: error });
+  }
   if (error instanceof CheckpointRejectedError) {
     return new ApiError(ErrorCode.checkpointRejected, `${what}: ${error.message}`, {
       hint:
@@ -480,7 +485,7 @@ export class PersistenceService {
           also: created,
           ...(expiresAt === null ? {} : { expiresAt }),
         });
-        return toSnapshot({ ...snapshot, ...info, state: 'ready', expiresAt });
+        return toSnapshot({ ...snapshot, ...info, state: 'ready', expiresAt }, this.uploadOf(snapshot.id));
       } catch (error) {
         await this.deps.blobs.delete(snapshot.id).catch(() => undefined);
         await this.deps.snapshots.remove(snapshot.id);
@@ -491,12 +496,18 @@ export class PersistenceService {
 
   async listSnapshots(caller: Principal, query: { sandboxId?: string | undefined }): Promise<SnapshotList> {
     const rows = await this.deps.snapshots.list(caller.tenantId, query);
-    return { items: rows.filter((r) => r.state === 'ready').map(toSnapshot) };
+    return { items: rows.filter((r) => r.state === 'ready').map((r) => toSnapshot(r, this.uploadOf(r.id))) };
   }
 
   /** @throws ApiError `snapshot_not_found` */
   async getSnapshot(caller: Principal, ref: string): Promise<Snapshot> {
-    return toSnapshot(await this.requireSnapshot(caller.tenantId, ref));
+    const snapshot = await this.requireSnapshot(caller.tenantId, ref);
+    return toSnapshot(snapshot, this.uploadOf(snapshot.id));
+  }
+
+  /** The upload state of a snapshot's bytes in a remote blob store, or null. */
+  private uploadOf(snapshotId: string): Snapshot['upload'] {
+    return this.deps.blobs.uploadStatus?.(snapshotId) ?? null;
   }
 
   /**
