@@ -18,6 +18,7 @@ import {
   type SandboxProcess,
   type SnapshotOptions,
   type SpawnOptions,
+  type SupervisedStartOptions,
 } from '@burrow/runtime';
 import { AgentExec } from './agent-exec.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
@@ -237,6 +238,10 @@ export class GvisorDriver implements RuntimeDriver {
 
   async diskUsageBytes(sandboxId: string): Promise<number> {
     return allocatedBytes(this.paths(sandboxId).dir);
+  }
+
+  startSupervised(sandboxId: string, options: SupervisedStartOptions): Promise<{ pid: number } | null> {
+    return this.agents.startSupervised(sandboxId, options);
   }
 
   async spawn(sandboxId: string, options: SpawnOptions): Promise<void> {
