@@ -1,6 +1,7 @@
 /*
  * The background-command supervisor (docs/exec-protocol.md §3): `burrow-agent --supervise DIR`, started by the exec
- * agent for a 'B' frame. It owns one command and keeps, in DIR (the sandbox's own filesystem):
+ * agent for a 'B' frame. It owns one command and keeps, in DIR (the sandbox's own filesystem; made if missing):
+ *   spec.json   {argv, pty, createdAtMs}, before the command starts
  *   state.json  {pid, startedAtMs, supervisorPid} once the command runs
  *   log/<20-digit start offset>.seg  the output ring: records [channel u8][length u32 BE][payload], a new segment
  *               every segBytes, at most maxSegs kept
@@ -8,9 +9,9 @@
  *               (cols u16, rows u16), 3 signal u8 (to every process of the command's tree)
  *   exit.json   {exitCode, signal, timedOut, endedAtMs}, written after the last output record
  * It reads its spec on stdin (the 'B' payload: id\0dir\0cwd\0uid\0gid\0timeoutMs\0ptyCols\0ptyRows\0segBytes\0
- * maxSegs\0argc\0argv...\0env...\0; uid "" = root, timeoutMs "" = none, ptyCols "" = pipes), answers "P pid\n" on
- * stdout once the command runs, then closes stdout. It has no host descriptor, so it is never part of a quiesce:
- * the command runs on through pause, resume and fork. It is a child subreaper, so the command's descendants stay
+ * maxSegs\0argc\0argv...\0env...\0; uid "" = root, timeoutMs "" = none, ptyCols "" = pipes), answers
+ * "P pid supervisorPid startedAtMs\n" on stdout once the command runs (or "F stage errno\n"), then closes stdout.
+ * It has no host descriptor, so it is never part of a quiesce: the command runs on through pause, resume and fork. It is a child subreaper, so the command's descendants stay
  * in its tree (a daemonizing grandchild included) and a kill or a timeout reaches every one of them.
  */
 #define _GNU_SOURCE
@@ -38,6 +39,9 @@
 #define OUTPUT_GRACE_MS 500
 #define STDIN_PENDING_MAX (1024 * 1024)
 #define MAX_TREE 4096
+/* While a timeout runs the loop wakes at least this often (ms); a longer step counts as TIMEOUT_STEP_MAX_MS. */
+#define TIMEOUT_TICK_MS 250
+#define TIMEOUT_STEP_MAX_MS 1000
 
 static int wake[2];
 static pid_t cmd_pid;
@@ -62,12 +66,15 @@ static void on_signal(int sig) {
   errno = saved;
 }
 
-/* Write a small file atomically (tmp + rename), as the server may read it at any moment. */
-static void write_file(const char *dir, const char *name, const char *text) {
+/*
+ * Write a small file. `atomic`: through tmp + rename, for a file the server may read at any moment; the files written
+ * before the start's answer are written in place (nobody knows the command yet), saving a gofer round trip each.
+ */
+static void write_file(const char *dir, const char *name, const char *text, int atomic) {
   char path[4200], tmp[4300];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = open(atomic ? tmp : path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return;
   size_t len = strlen(text), off = 0;
   while (off < len) {
@@ -76,7 +83,37 @@ static void write_file(const char *dir, const char *name, const char *text) {
     off += (size_t)n;
   }
   close(fd);
-  rename(tmp, path);
+  if (atomic) rename(tmp, path);
+}
+
+/* mkdir -p of an absolute path (existing parts are fine). */
+static void make_dirs(const char *path) {
+  char part[4200];
+  snprintf(part, sizeof part, "%s", path);
+  for (char *slash = strchr(part + 1, '/');; slash = strchr(slash + 1, '/')) {
+    if (slash) *slash = 0;
+    mkdir(part, 0755);
+    if (!slash) break;
+    *slash = '/';
+  }
+}
+
+/* Append `text` as a JSON string to out (at most cap bytes in all); returns the new length. */
+static size_t json_string(char *out, size_t len, size_t cap, const char *text) {
+  if (len + 2 < cap) out[len++] = '"';
+  for (const unsigned char *p = (const unsigned char *)text; *p && len + 8 < cap; p++) {
+    if (*p == '"' || *p == '\\') {
+      out[len++] = '\\';
+      out[len++] = (char)*p;
+    } else if (*p < 0x20) {
+      len += (size_t)snprintf(out + len, cap - len, "\\u%04x", *p);
+    } else {
+      out[len++] = (char)*p;
+    }
+  }
+  if (len + 1 < cap) out[len++] = '"';
+  out[len] = 0;
+  return len;
 }
 
 /* The output ring: segments named by the output offset (payload bytes of both channels) they start at. */
@@ -242,7 +279,7 @@ static void write_exit(const char *dir, int status, int timed_out) {
   else
     snprintf(text, sizeof text, "{\"exitCode\":%d,\"signal\":null,\"timedOut\":false,\"endedAtMs\":%lld}",
              WEXITSTATUS(status), ended);
-  write_file(dir, "exit.json", text);
+  write_file(dir, "exit.json", text, 1);
 }
 
 static char *read_all(int fd, size_t *len) {
@@ -323,13 +360,7 @@ int supervise_main(const char *dir) {
   sigaction(SIGCHLD, &sa, NULL);
 
   snprintf(ring.dir, sizeof ring.dir, "%s/log", dir);
-  mkdir(ring.dir, 0700);
   ring.fd = -1;
-  ring_rotate();
-  char ctl_path[4300];
-  snprintf(ctl_path, sizeof ctl_path, "%s/ctl", dir);
-  mkfifo(ctl_path, 0600);
-  int ctl = open(ctl_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 
   int in_fd = -1, out_fd = -1, err_fd = -1, child_in, child_out, child_err;
   if (pty) {
@@ -364,6 +395,26 @@ int supervise_main(const char *dir) {
     child_err = err[1];
   }
   long long started_wall = wall_ms();
+  /* spec.json: what the server lists (argv, PTY or not, creation time); written before the answer like state.json. */
+  if (mkdir(dir, 0755) < 0 && errno == ENOENT) make_dirs(dir);
+  {
+    size_t cap = 64 + len * 6, at = 0;
+    char *json = malloc(cap);
+    if (json) {
+      at += (size_t)snprintf(json, cap, "{\"argv\":[");
+      for (int i = 0; i < argc; i++) {
+        if (i) json[at++] = ',';
+        at = json_string(json, at, cap - 64, argv[i]);
+      }
+      if (pty)
+        at += (size_t)snprintf(json + at, cap - at, "],\"pty\":{\"cols\":%d,\"rows\":%d},\"createdAtMs\":%lld}", cols, rows,
+                               started_wall);
+      else
+        at += (size_t)snprintf(json + at, cap - at, "],\"pty\":null,\"createdAtMs\":%lld}", started_wall);
+      write_file(dir, "spec.json", json, 0);
+      free(json);
+    }
+  }
   child_stage = 0;
   pid_t pid = vfork();
   if (pid == 0) child_exec(cwd, has_user, uid, gid, argv, envp, path_env, child_in, child_out, child_err, pty);
@@ -380,34 +431,49 @@ int supervise_main(const char *dir) {
   char text[512];
   snprintf(text, sizeof text, "{\"pid\":%d,\"startedAtMs\":%lld,\"supervisorPid\":%d}", pid, started_wall, getpid());
   int status = 0, exited = 0, timed_out = 0;
+  /* The answer goes out before the log and the FIFO are made (output waits in the pipe meanwhile). */
+  char answer[128];
+  snprintf(answer, sizeof answer, "P %d %d %lld\n", pid, getpid(), started_wall);
+  mkdir(ring.dir, 0700);
   if (child_stage != 0) {
     /* Like a shell: 127 for a program or directory that is not there, 126 for one that cannot be used. */
     int missing = child_errno == ENOENT || child_errno == ENOTDIR;
+    ring_rotate();
     char message[4400];
     snprintf(message, sizeof message, "burrow: cannot run %s: %s%s%s\n", argv[0], strerror(child_errno),
              child_stage == 1 ? ": " : "", child_stage == 1 ? cwd : "");
     ring_append(2, message, strlen(message));
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
     }
-    write_file(dir, "state.json", text);
+    write_file(dir, "state.json", text, 0);
     write_exit(dir, (missing ? 127 : 126) << 8, 0);
-    snprintf(text, sizeof text, "P %d\n", pid);
-    reply(text);
+    reply(answer);
     return 0;
   }
-  write_file(dir, "state.json", text);
-  snprintf(text, sizeof text, "P %d\n", pid);
-  reply(text);
+  write_file(dir, "state.json", text, 0);
+  reply(answer);
   int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd >= 0) {
     dup2(null_fd, 0);
     dup2(null_fd, 1);
   }
+  ring_rotate();
+  char ctl_path[4300];
+  snprintf(ctl_path, sizeof ctl_path, "%s/ctl", dir);
+  mkfifo(ctl_path, 0600);
+  int ctl = open(ctl_path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
   fcntl(in_fd, F_SETFL, O_NONBLOCK);
   fcntl(out_fd, F_SETFL, O_NONBLOCK);
   if (err_fd >= 0) fcntl(err_fd, F_SETFL, O_NONBLOCK);
 
-  long long deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
+  /*
+   * The timeout counts the sandbox's running time. gVisor's monotonic clock jumps by the time a sandbox spent
+   * paused, so the time left is counted down in steps: the loop wakes at least every TIMEOUT_TICK_MS while a timeout
+   * runs, and a step longer than TIMEOUT_STEP_MAX_MS (a pause, or a sandbox not scheduled for that long) counts as
+   * TIMEOUT_STEP_MAX_MS.
+   */
+  long long time_left = timeout_ms;
+  long long last_tick = mono_ms();
   long long exited_at = 0;
   int killed_by_request = 0;
   static char chunk[READ_CHUNK];
@@ -426,13 +492,18 @@ int supervise_main(const char *dir) {
     }
     long long now = mono_ms();
     if (exited && ((out_fd < 0 && err_fd < 0) || now - exited_at >= OUTPUT_GRACE_MS)) break;
-    if (deadline >= 0 && !exited && now >= deadline) {
-      timed_out = 1;
-      deadline = -1;
-      signal_tree(SIGKILL);
+    if (time_left >= 0 && !exited) {
+      long long step = now - last_tick;
+      time_left -= step > TIMEOUT_STEP_MAX_MS ? TIMEOUT_STEP_MAX_MS : step;
+      if (time_left <= 0) {
+        timed_out = 1;
+        time_left = -1;
+        signal_tree(SIGKILL);
+      }
     }
+    last_tick = now;
     int timeout = 500;
-    if (deadline >= 0 && deadline - now < timeout) timeout = (int)(deadline - now > 0 ? deadline - now : 0);
+    if (time_left >= 0 && !exited) timeout = (int)(time_left < TIMEOUT_TICK_MS ? time_left : TIMEOUT_TICK_MS);
     if (exited && OUTPUT_GRACE_MS - (now - exited_at) < timeout)
       timeout = (int)(OUTPUT_GRACE_MS - (now - exited_at) > 0 ? OUTPUT_GRACE_MS - (now - exited_at) : 0);
     struct pollfd fds[5];

@@ -5,7 +5,13 @@ import { constants as osConstants } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
-import { type ProcessExit, RuntimeError, type SandboxProcess, type SupervisedStartOptions } from '@burrow/runtime';
+import {
+  type ProcessExit,
+  RuntimeError,
+  type SandboxProcess,
+  type SupervisedStart,
+  type SupervisedStartOptions,
+} from '@burrow/runtime';
 import { MAX_SOCKET_PATH_BYTES } from './agent-binary.js';
 
 /**
@@ -20,6 +26,11 @@ const AGENT_PROTOCOLS: ReadonlyMap<string, number> = new Map([
 const MAX_FRAME_BYTES = 1024 * 1024;
 /** How long a start waits for the agent's data connection and first answer, in ms. */
 const START_TIMEOUT_MS = 10_000;
+/**
+ * How long a background start waits for the agent's answer, in ms. The agent answers starts in order, each after
+ * two process starts inside the sandbox; 100 at once on a loaded host (load 18 on 2 cores) took over 10 s.
+ */
+const BACKGROUND_START_TIMEOUT_MS = 120_000;
 /** How long a quiesce waits for the agent to drop its host sockets, in ms. */
 const QUIESCE_TIMEOUT_MS = 5_000;
 /** How long after its exit a command's output that nobody started reading is kept before it is discarded, in ms. */
@@ -470,7 +481,7 @@ export class AgentHub {
     sandboxId: string,
     control: Socket,
     options: SupervisedStartOptions,
-  ): Promise<{ pid: number } | null> {
+  ): Promise<SupervisedStart | null> {
     const endpoint = this.endpoints.get(sandboxId);
     if (!endpoint || endpoint.control !== control || endpoint.protocol < 2) return null;
     const id = randomBytes(8).toString('hex');
@@ -493,21 +504,31 @@ export class AgentHub {
       throw new RuntimeError('argv, env, cwd may not contain NUL bytes', undefined, { code: 'invalid_request' });
     }
     const answer = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const fail = (reason: string): void => {
         endpoint.backgrounds.delete(id);
-        reject(
-          new RuntimeError(`the exec agent of ${sandboxId} did not start the command within ${START_TIMEOUT_MS} ms`),
-        );
-      }, START_TIMEOUT_MS);
+        control.off('close', onClose);
+        reject(new RuntimeError(`the exec agent of ${sandboxId} ${reason}; list the commands to see whether it runs`));
+      };
+      const timer = setTimeout(
+        () => fail(`did not answer a background start within ${BACKGROUND_START_TIMEOUT_MS} ms`),
+        BACKGROUND_START_TIMEOUT_MS,
+      );
+      const onClose = (): void => {
+        clearTimeout(timer);
+        fail('closed its connection before it answered a background start');
+      };
+      control.once('close', onClose);
       endpoint.backgrounds.set(id, (text) => {
         clearTimeout(timer);
+        control.off('close', onClose);
         endpoint.backgrounds.delete(id);
         resolve(text);
       });
       control.write(encodeFrame('B', Buffer.from(`${fields.join('\0')}\0`)));
     });
-    const started = /^P (\d+)$/.exec(answer);
-    if (started !== null) return { pid: Number(started[1]) };
+    const started = /^P (\d+) (\d+) (\d+)$/.exec(answer);
+    if (started !== null)
+      return { pid: Number(started[1]), supervisorPid: Number(started[2]), startedAtMs: Number(started[3]) };
     throw new RuntimeError(`the command supervisor did not start (${answer.slice(0, 40)})`);
   }
 }

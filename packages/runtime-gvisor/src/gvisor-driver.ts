@@ -18,6 +18,7 @@ import {
   type SandboxProcess,
   type SnapshotOptions,
   type SpawnOptions,
+  type SupervisedStart,
   type SupervisedStartOptions,
 } from '@burrow/runtime';
 import { AgentExec } from './agent-exec.js';
@@ -240,7 +241,7 @@ export class GvisorDriver implements RuntimeDriver {
     return allocatedBytes(this.paths(sandboxId).dir);
   }
 
-  startSupervised(sandboxId: string, options: SupervisedStartOptions): Promise<{ pid: number } | null> {
+  startSupervised(sandboxId: string, options: SupervisedStartOptions): Promise<SupervisedStart | null> {
     return this.agents.startSupervised(sandboxId, options);
   }
 

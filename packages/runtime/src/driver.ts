@@ -177,12 +177,12 @@ export interface RuntimeDriver extends PersistenceVerbs {
   /**
    * Start a background command under an in-sandbox supervisor that keeps its state and output in `options.dir`
    * (layout: docs/exec-protocol.md §3) and outlives pause, resume and fork. Resolves with the command's pid once it
-   * runs (a program that cannot run resolves too: its exit file says 127 or 126), or null when the driver has no
+   * runs, before the supervisor wrote `state.json` (the caller writes it from the answer) (a program that cannot run resolves too: its exit file says 127 or 126), or null when the driver has no
    * such fast path for this sandbox (then the caller starts its own supervisor with {@link PersistenceVerbs.spawn}).
    * Optional.
    * @throws RuntimeError when the sandbox does not run or the supervisor could not start
    */
-  startSupervised?(sandboxId: string, options: SupervisedStartOptions): Promise<{ pid: number } | null>;
+  startSupervised?(sandboxId: string, options: SupervisedStartOptions): Promise<SupervisedStart | null>;
 
   /**
    * Release what the driver holds in this process (listeners, connections to in-sandbox agents) at server
@@ -254,6 +254,16 @@ export interface SupervisedStartOptions {
   segmentBytes: number;
   /** Segments kept (the ring holds between `(maxSegments - 1) × segmentBytes` and `maxSegments × segmentBytes`). */
   maxSegments: number;
+}
+
+/** A background command {@link RuntimeDriver.startSupervised} started. */
+export interface SupervisedStart {
+  /** The command's pid inside the sandbox. */
+  pid: number;
+  /** Its supervisor's pid inside the sandbox. */
+  supervisorPid: number;
+  /** When it started, ms since the epoch (the sandbox's clock). */
+  startedAtMs: number;
 }
 
 /** Options of {@link PersistenceVerbs.spawn}. */

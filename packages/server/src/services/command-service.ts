@@ -134,24 +134,8 @@ export class CommandService {
     };
     const argv = toArgv(input.cmd);
     const cwd = input.cwd ?? sandbox.cwd;
-    try {
-      await this.pruneExited(fs);
-      const spec = {
-        argv,
-        env,
-        cwd,
-        user: user === undefined ? null : { name: user.name, uid: user.uid, gid: user.gid },
-        timeoutMs: input.timeoutMs ?? null,
-        pty: input.pty === undefined ? null : { cols: input.pty.cols, rows: input.pty.rows },
-        segmentBytes: LOG_SEGMENT_BYTES,
-        maxSegments: LOG_MAX_SEGMENTS,
-        createdAtMs: this.deps.clock.nowMs(),
-      };
-      await fs.write(`${dir}/spec.json`, Buffer.from(JSON.stringify(spec)), { mode: 0o600 });
-    } catch (error) {
-      throw mapFsError(error);
-    }
-    // The agent's supervisor starts in milliseconds; without an agent (or with an old one) python3's does.
+    // The agent's supervisor writes every file of the command itself inside the sandbox, so this path costs no host
+    // file operation (each is several thread-pool hops); without an agent (or with an old one) python3's starts.
     const fast = await this.deps.driver
       .startSupervised?.(id, {
         dir,
@@ -174,7 +158,41 @@ export class CommandService {
           },
         );
       });
-    if (fast === null || fast === undefined) await this.startWithPython(id, fs, dir);
+    if (fast !== null && fast !== undefined) {
+      this.deps.logger.debug({ sandboxId: id, commandId }, 'background command started');
+      // Pruning reads exit files: after the answer, never on the start's path.
+      void this.pruneExited(fs).catch(() => undefined);
+      return toInfo(
+        id,
+        commandId,
+        {
+          argv,
+          pty: input.pty === undefined ? null : { cols: input.pty.cols, rows: input.pty.rows },
+          createdAtMs: fast.startedAtMs,
+        },
+        { pid: fast.pid, startedAtMs: fast.startedAtMs, supervisorPid: fast.supervisorPid },
+        null,
+        { firstOffset: 0, endOffset: 0 },
+      );
+    }
+    try {
+      await this.pruneExited(fs);
+      const spec = {
+        argv,
+        env,
+        cwd,
+        user: user === undefined ? null : { name: user.name, uid: user.uid, gid: user.gid },
+        timeoutMs: input.timeoutMs ?? null,
+        pty: input.pty === undefined ? null : { cols: input.pty.cols, rows: input.pty.rows },
+        segmentBytes: LOG_SEGMENT_BYTES,
+        maxSegments: LOG_MAX_SEGMENTS,
+        createdAtMs: this.deps.clock.nowMs(),
+      };
+      await fs.write(`${dir}/spec.json`, Buffer.from(JSON.stringify(spec)), { mode: 0o600 });
+    } catch (error) {
+      throw mapFsError(error);
+    }
+    await this.startWithPython(id, fs, dir);
     this.deps.logger.debug({ sandboxId: id, commandId }, 'background command started');
     return this.info(fs, id, commandId);
   }
@@ -301,7 +319,14 @@ export class CommandService {
     if (writer === undefined) {
       // One writer per command, so records of several clients never interleave inside the FIFO.
       writer = this.deps.driver.exec(sandboxId, {
-        argv: ['/bin/sh', '-c', 'exec cat > "$1"', 'ctl', `${commandDir(commandId)}/ctl`],
+        // The agent's supervisor makes its FIFO just after the start answered: wait for it (never create a file).
+        argv: [
+          '/bin/sh',
+          '-c',
+          'i=0; while [ ! -p "$1" ] && [ $i -lt 500 ]; do i=$((i+1)); sleep 0.01; done; exec cat > "$1"',
+          'ctl',
+          `${commandDir(commandId)}/ctl`,
+        ],
         env: SUPERVISOR_ENV,
         cwd: '/',
       });
@@ -373,6 +398,8 @@ export class CommandService {
   /** Remove the oldest exited commands beyond {@link KEEP_EXITED_COMMANDS}. */
   private async pruneExited(fs: SandboxFs): Promise<void> {
     const entries = await fs.list(COMMANDS_DIR).catch(() => []);
+    // Reading every exit file costs a file read per command on each start: only when there can be too many.
+    if (entries.length < KEEP_EXITED_COMMANDS) return;
     const exited: Array<{ path: string; endedAtMs: number }> = [];
     for (const entry of entries) {
       if (entry.type !== 'directory') continue;
