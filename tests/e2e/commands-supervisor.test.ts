@@ -90,24 +90,31 @@ describe('background commands under the agent supervisor', () => {
   });
 
   it('200 commands running at once all complete with their own exit codes', async () => {
-    // The server allows 128 requests in flight per key: starts go out 100 at a time; each command outlives them all.
+    // Every command waits on a FIFO until all 200 run, then they all end at once. The server allows 128 requests in
+    // flight per key: starts go out 100 at a time.
+    await sandbox.commands.run(['sh', '-c', 'rm -f /root/gate && mkfifo /root/gate'], { check: true });
     const handles: CommandHandle[] = [];
     for (let wave = 0; wave < 2; wave++) {
       handles.push(
         ...(await Promise.all(
           Array.from({ length: 100 }, (_, k) => {
             const i = wave * 100 + k;
-            return sandbox.commands.run(`sleep 4; echo n${i}; exit ${i % 256}`, { background: true });
+            return sandbox.commands.run(`cat /root/gate > /dev/null; echo n${i}; exit ${i % 256}`, {
+              background: true,
+            });
           }),
         )),
       );
     }
-    expect((await sandbox.commands.list()).filter((c) => c.status === 'running').length).toBeGreaterThanOrEqual(150);
+    const running = (await sandbox.commands.list()).filter((c) => c.status === 'running');
+    expect(running.length).toBe(200);
+    // Opening the FIFO for writing releases every reader; closing it gives them their end of file.
+    await sandbox.commands.run(['sh', '-c', 'exec 3>/root/gate; sleep 1; exec 3>&-'], { check: true });
     const infos = [];
     for (const handle of handles) infos.push(await handle.wait({ timeoutMs: 120_000 }));
     expect(infos.map((info) => info.exitCode)).toEqual(handles.map((_, i) => i % 256));
     expect(new Set(handles.map((handle) => handle.pid)).size).toBe(200);
-  }, 240_000);
+  }, 400_000);
 
   it('a running command keeps its pid and output through a pause and resume and through a fork', async () => {
     const handle = await sandbox.commands.run('for i in $(seq 1 40); do echo $i; sleep 0.1; done; exit 3', {

@@ -39,6 +39,8 @@ export const ControlKind = { stdin: 0, stdinClose: 1, resize: 2, signal: 3 } as 
 
 /** Exited commands a sandbox keeps (with their logs); older ones are removed when a new one starts. */
 const KEEP_EXITED_COMMANDS = 64;
+/** Exited commands beyond {@link KEEP_EXITED_COMMANDS} that make a prune worth its exec. */
+const PRUNE_BATCH = 16;
 /** How often {@link CommandService.wait} looks for the exit file, ms. */
 const WAIT_POLL_MS = 20;
 /** PATH of the supervisor's own process. */
@@ -161,7 +163,7 @@ export class CommandService {
     if (fast !== null && fast !== undefined) {
       this.deps.logger.debug({ sandboxId: id, commandId }, 'background command started');
       // Pruning reads exit files: after the answer, never on the start's path.
-      void this.pruneExited(fs).catch(() => undefined);
+      void this.pruneExited(id, fs).catch(() => undefined);
       return toInfo(
         id,
         commandId,
@@ -176,7 +178,7 @@ export class CommandService {
       );
     }
     try {
-      await this.pruneExited(fs);
+      await this.pruneExited(id, fs);
       const spec = {
         argv,
         env,
@@ -396,10 +398,10 @@ export class CommandService {
   }
 
   /** Remove the oldest exited commands beyond {@link KEEP_EXITED_COMMANDS}. */
-  private async pruneExited(fs: SandboxFs): Promise<void> {
+  private async pruneExited(sandboxId: string, fs: SandboxFs): Promise<void> {
     const entries = await fs.list(COMMANDS_DIR).catch(() => []);
-    // Reading every exit file costs a file read per command on each start: only when there can be too many.
-    if (entries.length < KEEP_EXITED_COMMANDS) return;
+    // Reading every exit file costs a file read per command: only once a batch of extra ones piled up.
+    if (entries.length < KEEP_EXITED_COMMANDS + PRUNE_BATCH) return;
     const exited: Array<{ path: string; endedAtMs: number }> = [];
     for (const entry of entries) {
       if (entry.type !== 'directory') continue;
@@ -407,9 +409,10 @@ export class CommandService {
       if (exit !== null) exited.push({ path: entry.path, endedAtMs: exit.endedAtMs });
     }
     exited.sort((a, b) => a.endedAtMs - b.endedAtMs);
-    for (const old of exited.slice(0, Math.max(0, exited.length - KEEP_EXITED_COMMANDS + 1))) {
-      await fs.remove(old.path, { recursive: true }).catch(() => undefined);
-    }
+    const old = exited.slice(0, Math.max(0, exited.length - KEEP_EXITED_COMMANDS + 1)).map((entry) => entry.path);
+    // Removed inside the sandbox, through gVisor: files the sandbox made and the host removed behind its back make
+    // the next restore of a pause image fail ("restoring container: no such file or directory").
+    if (old.length > 0) await this.helperExec(sandboxId, ['rm', '-rf', '--', ...old]);
   }
 
   /**
