@@ -90,30 +90,33 @@ describe('background commands under the agent supervisor', () => {
   });
 
   it('200 commands running at once all complete with their own exit codes', async () => {
-    // Every command waits on a FIFO until all 200 run, then they all end at once. The server allows 128 requests in
-    // flight per key: starts go out 100 at a time.
-    await sandbox.commands.run(['sh', '-c', 'rm -f /root/gate && mkfifo /root/gate'], { check: true });
+    // Each command is two processes (its supervisor and the shell) against RLIMIT_NPROC, which is memoryMiB / 2:
+    // 1024 MiB allows 512. Every command waits on a FIFO until all 200 run, then they all end at once. The server
+    // allows 128 requests in flight per key: starts go out 100 at a time.
+    const box = await Sandbox.create({ ...connection(), labels: { e2e: RUN_ID }, memoryMiB: 1024 });
+    await box.commands.run(['sh', '-c', 'rm -f /root/gate && mkfifo /root/gate'], { check: true });
     const handles: CommandHandle[] = [];
     for (let wave = 0; wave < 2; wave++) {
       handles.push(
         ...(await Promise.all(
           Array.from({ length: 100 }, (_, k) => {
             const i = wave * 100 + k;
-            return sandbox.commands.run(`cat /root/gate > /dev/null; echo n${i}; exit ${i % 256}`, {
+            return box.commands.run(`read line < /root/gate; echo n${i}; exit ${i % 256}`, {
               background: true,
             });
           }),
         )),
       );
     }
-    const running = (await sandbox.commands.list()).filter((c) => c.status === 'running');
+    const running = (await box.commands.list()).filter((c) => c.status === 'running');
     expect(running.length).toBe(200);
     // Opening the FIFO for writing releases every reader; closing it gives them their end of file.
-    await sandbox.commands.run(['sh', '-c', 'exec 3>/root/gate; sleep 1; exec 3>&-'], { check: true });
+    await box.commands.run(['sh', '-c', 'exec 3>/root/gate; sleep 1; exec 3>&-'], { check: true });
     const infos = [];
     for (const handle of handles) infos.push(await handle.wait({ timeoutMs: 120_000 }));
     expect(infos.map((info) => info.exitCode)).toEqual(handles.map((_, i) => i % 256));
     expect(new Set(handles.map((handle) => handle.pid)).size).toBe(200);
+    await box.delete();
   }, 400_000);
 
   it('a running command keeps its pid and output through a pause and resume and through a fork', async () => {
