@@ -576,9 +576,9 @@ static void read_background_answer(struct bg_start *slot) {
 
 /* Whole quiesce: end every command (as a checkpoint would), drop every host socket. */
 static void quiesce(void) {
-  /* Background starts under way are answered first (each within 2 s): their commands run on through the checkpoint. */
+  /* Background starts under way are answered first (within 2 s in all): their commands run on through the checkpoint. */
+  long long until = now_ms() + 2000;
   for (int i = 0; i < MAX_BG_STARTS; i++) {
-    long long until = now_ms() + 2000;
     while (bg_starts[i].fd >= 0 && now_ms() < until) {
       struct pollfd p = {bg_starts[i].fd, POLLIN, 0};
       if (poll(&p, 1, (int)(until - now_ms())) > 0) read_background_answer(&bg_starts[i]);
