@@ -58,7 +58,7 @@ describe('background commands under the agent supervisor', () => {
         `test -e /.burrow/bin/supervisor.py && echo python; tr '\\0' ' ' < /proc/$(cat /proc/${handle.pid}/stat | cut -d' ' -f4)/cmdline`,
       ]);
       expect(probe.stdout).not.toContain('python');
-      expect(probe.stdout).toContain(`--supervise /.burrow/commands/${handle.commandId}`);
+      expect(probe.stdout).toContain(`/.burrow-agent/burrow-agent --supervise ${handle.commandId}`);
     } finally {
       await handle.kill();
     }

@@ -89,6 +89,8 @@ static struct buf ctl_rx;
 static int spare = -1;
 static struct buf spare_rx;
 static long long next_spare_ms;
+/* When an idle supervisor may be started again after one failed to start (ms). */
+static long long next_idle_ms;
 static int sigchld_pipe[2];
 /* This program's path inside the sandbox (argv[0]); a background command's supervisor is this program too. */
 static const char *self_path = "/.burrow-agent/burrow-agent";
@@ -501,32 +503,25 @@ static void answer_background(const char *id, const char *answer) {
 }
 
 /*
- * Start the supervisor of a 'B' frame (id\0dir\0...; burrow-supervise.c): this program with --supervise DIR, in
- * its own session, its spec on stdin; its "P pid" answer on stdout is relayed as 'b' once it arrives. It is not one
- * of the agent's commands: a quiesce leaves it and its command running.
+ * A supervisor started ahead of its command (at most one, like the spare data connection): `--supervise` with a
+ * placeholder it overwrites with the command's id once its spec arrives on stdin, so /proc/PID/cmdline names the
+ * command (the server looks for the id there to tell a running supervisor from a lost one).
  */
-static void start_background(char *payload, uint32_t len) {
-  char *id = payload, *id_end = memchr(payload, 0, len);
-  if (!id_end || id_end - id >= 64) return;
-  char *dir = id_end + 1, *dir_end = memchr(dir, 0, (size_t)(payload + len - dir));
-  if (!dir_end || strncmp(dir, "/.burrow/commands/", 18) != 0 || strstr(dir, "/..")) {
-    answer_background(id, "F 4 22");
-    return;
-  }
-  struct bg_start *slot = NULL;
-  for (int i = 0; i < MAX_BG_STARTS && !slot; i++)
-    if (bg_starts[i].fd < 0) slot = &bg_starts[i];
+static struct {
+  pid_t pid; /* 0: none */
+  int spec_fd, answer_fd;
+} idle = {0, -1, -1};
+static char placeholder[] = SUPERVISE_PLACEHOLDER;
+
+static void spawn_idle_supervisor(void) {
   int spec[2] = {-1, -1}, answer[2] = {-1, -1};
-  if (!slot || pipe2(spec, O_CLOEXEC) < 0 || pipe2(answer, O_CLOEXEC) < 0) {
-    char text[32];
-    snprintf(text, sizeof text, "F 4 %d", slot ? errno : EAGAIN);
+  if (pipe2(spec, O_CLOEXEC) < 0 || pipe2(answer, O_CLOEXEC) < 0) {
     close_fd(&spec[0]);
     close_fd(&spec[1]);
-    answer_background(id, text);
     return;
   }
   fcntl(spec[1], F_SETPIPE_SZ, 1024 * 1024);
-  char *argv[] = {(char *)self_path, "--supervise", dir, NULL};
+  char *argv[] = {(char *)self_path, "--supervise", placeholder, NULL};
   char *envp[] = {NULL};
   pid_t pid = vfork();
   if (pid == 0) {
@@ -544,19 +539,49 @@ static void start_background(char *payload, uint32_t len) {
   if (pid < 0) {
     close(spec[1]);
     close(answer[0]);
+    return;
+  }
+  idle.pid = pid;
+  idle.spec_fd = spec[1];
+  idle.answer_fd = answer[0];
+}
+
+/*
+ * Start the command of a 'B' frame (id\0dir\0...; burrow-supervise.c) under the idle supervisor (one is started
+ * now when there is none): this program with --supervise, in its own session, its spec on stdin; its "P ..." answer
+ * on stdout is relayed as 'b' once it arrives. It is not one of the agent's commands: a quiesce leaves it and its
+ * command running.
+ */
+static void start_background(char *payload, uint32_t len) {
+  char *id = payload, *id_end = memchr(payload, 0, len);
+  if (!id_end || id_end - id >= 64) return;
+  char *dir = id_end + 1, *dir_end = memchr(dir, 0, (size_t)(payload + len - dir));
+  if (!dir_end || strncmp(dir, "/.burrow/commands/", 18) != 0 || strstr(dir, "/..")) {
+    answer_background(id, "F 4 22");
+    return;
+  }
+  struct bg_start *slot = NULL;
+  for (int i = 0; i < MAX_BG_STARTS && !slot; i++)
+    if (bg_starts[i].fd < 0) slot = &bg_starts[i];
+  /* The spare supervisor, started ahead, takes it: the start then costs one process start, the command's. */
+  if (idle.pid <= 0) spawn_idle_supervisor();
+  if (!slot || idle.pid <= 0) {
     answer_background(id, "F 4 11");
     return;
   }
+  int spec_fd = idle.spec_fd, answer_fd = idle.answer_fd;
+  idle.pid = 0;
+  idle.spec_fd = idle.answer_fd = -1;
   /* The whole frame is the spec; a pipe of 1 MiB takes a usual one at once, a larger one as the supervisor reads. */
   for (uint32_t off = 0; off < len;) {
-    ssize_t n = write(spec[1], payload + off, len - off);
+    ssize_t n = write(spec_fd, payload + off, len - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break; /* EPIPE: the supervisor did not start; its answer pipe closes without an answer */
     off += (uint32_t)n;
   }
-  close(spec[1]);
-  fcntl(answer[0], F_SETFL, O_NONBLOCK);
-  slot->fd = answer[0];
+  close(spec_fd);
+  fcntl(answer_fd, F_SETFL, O_NONBLOCK);
+  slot->fd = answer_fd;
   memcpy(slot->id, id, (size_t)(id_end - id) + 1);
   slot->len = 0;
 }
@@ -601,6 +626,12 @@ static void reap(void) {
   int status;
   pid_t pid;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    if (pid == idle.pid) {
+      /* The idle supervisor ended before it got a command: another one is started when needed. */
+      idle.pid = 0;
+      close_fd(&idle.spec_fd);
+      close_fd(&idle.answer_fd);
+    }
     for (int i = 0; i < MAX_EXECS; i++) {
       if (execs[i].used && execs[i].pid == pid && !execs[i].exited) {
         execs[i].exited = 1;
@@ -756,6 +787,23 @@ int main(int argc, char **argv) {
         if (spare < 0) at = next_spare_ms = now + 100;
       }
       if (spare < 0) {
+        int t = (int)(at - now > 0 ? at - now : 1);
+        if (timeout < 0 || t < timeout) timeout = t;
+      }
+    }
+    if (ctl >= 0 && idle.pid <= 0) {
+      /* Started ahead, like the spare: only while no background start is under way and no command just started. */
+      long long now = now_ms(), busy_until = 0;
+      int starting = 0;
+      for (int i = 0; i < MAX_BG_STARTS; i++) starting |= bg_starts[i].fd >= 0;
+      for (int i = 0; i < MAX_EXECS; i++)
+        if (execs[i].used && !execs[i].exited && execs[i].started_at_ms + SPARE_AFTER_MS > busy_until)
+          busy_until = execs[i].started_at_ms + SPARE_AFTER_MS;
+      if (!starting && now >= busy_until && now >= next_idle_ms) {
+        spawn_idle_supervisor();
+        if (idle.pid <= 0) next_idle_ms = now + 1000;
+      } else if (!starting) {
+        long long at = busy_until > next_idle_ms ? busy_until : next_idle_ms;
         int t = (int)(at - now > 0 ? at - now : 1);
         if (timeout < 0 || t < timeout) timeout = t;
       }

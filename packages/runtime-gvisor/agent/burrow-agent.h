@@ -24,7 +24,13 @@ __attribute__((noinline, noreturn)) void child_exec(const char *cwd, int has_use
                                                    char **envp, const char *path_env, int in, int out, int err,
                                                    int pty);
 
-/* `burrow-agent --supervise DIR`: run one background command described on stdin (burrow-supervise.c). */
-int supervise_main(const char *dir);
+/* The argument of an idle supervisor, overwritten in place with its command's id (cmd_ + 20 characters). */
+#define SUPERVISE_PLACEHOLDER "cmd_...................."
+
+/*
+ * `burrow-agent --supervise ARG`: run one background command described on stdin (burrow-supervise.c); ARG is the
+ * placeholder, overwritten with the command's id once the spec named it.
+ */
+int supervise_main(char *arg);
 
 #endif

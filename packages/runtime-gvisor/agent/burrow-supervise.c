@@ -251,9 +251,10 @@ static void signal_tree(int sig) {
 static void signal_session_groups(int sig) {
   static pid_t pids[MAX_TREE], ppids[MAX_TREE], pgrps[MAX_TREE], sessions[MAX_TREE];
   int n = list_procs(pids, ppids, pgrps, sessions, MAX_TREE);
+  int sent = 0;
   for (int i = 0; i < n; i++)
-    if (sessions[i] == cmd_pid && pgrps[i] == pids[i]) kill(-pgrps[i], sig);
-  kill(-cmd_pid, sig);
+    if (sessions[i] == cmd_pid && pgrps[i] == pids[i]) sent += kill(-pgrps[i], sig) == 0;
+  if (!sent) kill(-cmd_pid, sig);
 }
 
 static const char *signal_name(int sig) {
@@ -307,7 +308,7 @@ static void reply(const char *text) {
   }
 }
 
-int supervise_main(const char *dir) {
+int supervise_main(char *arg) {
   size_t len = 0;
   char *spec = read_all(0, &len);
   static char *fields[8192 + 16];
@@ -322,6 +323,15 @@ int supervise_main(const char *dir) {
     reply("F 4 22\n");
     return 2;
   }
+  const char *dir = fields[1];
+  if (strncmp(dir, "/.burrow/commands/", 18) != 0 || strstr(dir, "/..")) {
+    reply("F 4 22\n");
+    return 2;
+  }
+  /* The placeholder argument becomes the command's id, so /proc/PID/cmdline names it. */
+  size_t room = strlen(arg), id_len = strlen(dir + 18);
+  memset(arg, 0, room);
+  memcpy(arg, dir + 18, id_len < room ? id_len : room);
   const char *cwd = fields[2];
   int has_user = fields[3][0] != 0;
   uid_t uid = (uid_t)strtoul(fields[3], NULL, 10);
@@ -536,7 +546,6 @@ int supervise_main(const char *dir) {
       ssize_t r = ctl_buf ? read(ctl, ctl_buf + ctl_len, READ_CHUNK) : -1;
       if (r > 0) ctl_len += (size_t)r;
       size_t off = 0;
-      int resize = 0, new_cols = 0, new_rows = 0;
       while (ctl_len - off >= 5) {
         unsigned char *h = (unsigned char *)ctl_buf + off;
         uint32_t body = ((uint32_t)h[1] << 24) | ((uint32_t)h[2] << 16) | ((uint32_t)h[3] << 8) | h[4];
@@ -551,9 +560,11 @@ int supervise_main(const char *dir) {
         } else if (h[0] == 1) {
           close_in = 1;
         } else if (h[0] == 2 && body == 4 && pty) {
-          resize = 1;
-          new_cols = (p[0] << 8) | p[1];
-          new_rows = (p[2] << 8) | p[3];
+          /* Each resize is applied and signalled (a scan of /proc costs about a millisecond here). */
+          struct winsize size = {.ws_row = (unsigned short)((p[2] << 8) | p[3]),
+                                 .ws_col = (unsigned short)((p[0] << 8) | p[1])};
+          ioctl(in_fd, TIOCSWINSZ, &size);
+          signal_session_groups(SIGWINCH);
         } else if (h[0] == 3 && body == 1 && !exited) {
           if (p[0] == SIGKILL) killed_by_request = 1;
           signal_tree(p[0]);
@@ -562,12 +573,6 @@ int supervise_main(const char *dir) {
       }
       memmove(ctl_buf, ctl_buf + off, ctl_len - off);
       ctl_len -= off;
-      /* Only the last size of a batch is applied: a window dragged wider sends many. */
-      if (resize) {
-        struct winsize size = {.ws_row = (unsigned short)new_rows, .ws_col = (unsigned short)new_cols};
-        ioctl(in_fd, TIOCSWINSZ, &size);
-        signal_session_groups(SIGWINCH);
-      }
     }
     if (close_in && pending_len == 0 && in_fd >= 0) {
       close_in = 0;
