@@ -9,8 +9,14 @@
  */
 import { Sandbox } from '@burrow/sdk';
 
-/** One call to time: a streamed command whose stdout bytes are counted, or a buffered `run` that must exit 0. */
-export type ExecClientRequest = { op: 'stream'; command: string; timeoutMs: number } | { op: 'run'; argv: string[] };
+/**
+ * One call to time: a streamed command whose stdout bytes are counted, a buffered `run` that must exit 0, or the
+ * start of a background command (timed until the start answered: it runs, its pid is known).
+ */
+export type ExecClientRequest =
+  | { op: 'stream'; command: string; timeoutMs: number }
+  | { op: 'run'; argv: string[] }
+  | { op: 'start'; argv: string[] };
 
 /** The duration of one call in ms and the stdout bytes a stream counted (0 for `run`), or why it failed. */
 export type ExecClientReply = { ok: true; durationMs: number; stdoutBytes: number } | { ok: false; message: string };
@@ -30,6 +36,9 @@ process.on('message', async (request: ExecClientRequest) => {
       for await (const event of sandbox.commands.stream(request.command, { timeoutMs: request.timeoutMs })) {
         if (event.type === 'stdout') stdoutBytes += event.data.byteLength;
       }
+    } else if (request.op === 'start') {
+      const handle = await sandbox.commands.run(request.argv, { background: true });
+      if (!(handle.pid > 1)) throw new Error(`background start answered pid ${handle.pid}`);
     } else {
       await sandbox.commands.run(request.argv, { check: true });
     }

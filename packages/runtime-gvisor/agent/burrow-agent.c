@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -39,7 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROTOCOL "burrow-agent 1"
+#include "burrow-agent.h"
+
+#define PROTOCOL "burrow-agent 2"
 #define MAX_EXECS 64
 #define CHUNK (1024 * 1024)
 #define OUTPUT_GRACE_MS 500
@@ -86,7 +89,20 @@ static struct buf ctl_rx;
 static int spare = -1;
 static struct buf spare_rx;
 static long long next_spare_ms;
+/* When an idle supervisor may be started again after one failed to start (ms). */
+static long long next_idle_ms;
 static int sigchld_pipe[2];
+/* This program's path inside the sandbox (argv[0]); a background command's supervisor is this program too. */
+static const char *self_path = "/.burrow-agent/burrow-agent";
+
+/* Background starts waiting for their supervisor's "P pid" answer ('B' frames, burrow-supervise.c). */
+#define MAX_BG_STARTS 256
+static struct bg_start {
+  int fd; /* read end of the supervisor's stdout; -1: slot free */
+  char id[64];
+  char answer[64];
+  size_t len;
+} bg_starts[MAX_BG_STARTS];
 
 static long long now_ms(void) {
   struct timespec t;
@@ -259,10 +275,10 @@ static void on_sigchld(int sig) {
  * dispositions execve keeps, so the only ones a command needs reset. Resetting all 64 in the vfork child cost about
  * 0.4 ms per exec inside gVisor (64 trapped system calls).
  */
-static int ignored_signals[65];
-static int ignored_count;
+int ignored_signals[65];
+int ignored_count;
 
-static void find_ignored_signals(void) {
+void find_ignored_signals(void) {
   for (int s = 1; s < 65; s++) {
     struct sigaction old;
     if (sigaction(s, NULL, &old) == 0 && old.sa_handler == SIG_IGN) ignored_signals[ignored_count++] = s;
@@ -270,8 +286,8 @@ static void find_ignored_signals(void) {
 }
 
 /* State the vfork child reports back through shared memory. */
-static volatile int child_stage;
-static volatile int child_errno;
+volatile int child_stage;
+volatile int child_errno;
 
 static void put_u32(char *p, uint32_t v) {
   p[0] = (char)(v >> 24);
@@ -281,11 +297,13 @@ static void put_u32(char *p, uint32_t v) {
 }
 
 /* The vfork child: only raw system calls, its own stack frame (the agent's memory is shared until execve). */
-__attribute__((noinline, noreturn)) static void child_exec(const char *cwd, int has_user, uid_t uid, gid_t gid,
-                                                          char **argv, char **envp, const char *path_env, int in,
-                                                          int out, int err) {
+__attribute__((noinline, noreturn)) void child_exec(const char *cwd, int has_user, uid_t uid, gid_t gid, char **argv,
+                                                   char **envp, const char *path_env, int in, int out, int err,
+                                                   int pty) {
   /* Only raw system calls here: the child shares the agent's memory until execve. */
   setsid();
+  /* A PTY's replica becomes the controlling terminal of the new session (in, out and err are that replica). */
+  if (pty) ioctl(in, TIOCSCTTY, 0);
   dup2(in, 0);
   dup2(out, 1);
   dup2(err, 2);
@@ -433,7 +451,7 @@ static void start_exec(char *payload, uint32_t len, int sock) {
   child_errno = 0;
   pid_t pid = vfork();
   if (pid == 0) {
-    child_exec(cwd, has_user, uid, gid, argv, envp, path_env, in[0], out[1], err[1]);
+    child_exec(cwd, has_user, uid, gid, argv, envp, path_env, in[0], out[1], err[1], 0);
   }
   close(in[0]);
   close(out[1]);
@@ -470,8 +488,128 @@ static void start_exec(char *payload, uint32_t len, int sock) {
   e->tx = hello;
 }
 
+/* Answer a background start on the control connection: 'b' id\0answer ("P pid" or "F stage errno"). */
+static void answer_background(const char *id, const char *answer) {
+  if (ctl < 0) return; /* quiesced meanwhile: the host's start limit ends its wait */
+  struct buf frame = {0};
+  size_t id_len = strlen(id), answer_len = strlen(answer);
+  char payload[160];
+  if (id_len + 1 + answer_len > sizeof payload) return;
+  memcpy(payload, id, id_len + 1);
+  memcpy(payload + id_len + 1, answer, answer_len);
+  put_frame(&frame, 'b', payload, (uint32_t)(id_len + 1 + answer_len));
+  if (write_all(ctl, &frame) < 0) close_fd(&ctl);
+  buf_free(&frame);
+}
+
+/*
+ * A supervisor started ahead of its command (at most one, like the spare data connection): `--supervise` with a
+ * placeholder it overwrites with the command's id once its spec arrives on stdin, so /proc/PID/cmdline names the
+ * command (the server looks for the id there to tell a running supervisor from a lost one).
+ */
+static struct {
+  pid_t pid; /* 0: none */
+  int spec_fd, answer_fd;
+} idle = {0, -1, -1};
+static char placeholder[] = SUPERVISE_PLACEHOLDER;
+
+static void spawn_idle_supervisor(void) {
+  int spec[2] = {-1, -1}, answer[2] = {-1, -1};
+  if (pipe2(spec, O_CLOEXEC) < 0 || pipe2(answer, O_CLOEXEC) < 0) {
+    close_fd(&spec[0]);
+    close_fd(&spec[1]);
+    return;
+  }
+  fcntl(spec[1], F_SETPIPE_SZ, 1024 * 1024);
+  char *argv[] = {(char *)self_path, "--supervise", placeholder, NULL};
+  char *envp[] = {NULL};
+  pid_t pid = vfork();
+  if (pid == 0) {
+    setsid();
+    dup2(spec[0], 0);
+    dup2(answer[1], 1);
+    for (int i = 0; i < ignored_count; i++) signal(ignored_signals[i], SIG_DFL);
+    uint64_t none = 0;
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
+    execve(self_path, argv, envp);
+    _exit(127);
+  }
+  close(spec[0]);
+  close(answer[1]);
+  if (pid < 0) {
+    close(spec[1]);
+    close(answer[0]);
+    return;
+  }
+  idle.pid = pid;
+  idle.spec_fd = spec[1];
+  idle.answer_fd = answer[0];
+}
+
+/*
+ * Start the command of a 'B' frame (id\0dir\0...; burrow-supervise.c) under the idle supervisor (one is started
+ * now when there is none): this program with --supervise, in its own session, its spec on stdin; its "P ..." answer
+ * on stdout is relayed as 'b' once it arrives. It is not one of the agent's commands: a quiesce leaves it and its
+ * command running.
+ */
+static void start_background(char *payload, uint32_t len) {
+  char *id = payload, *id_end = memchr(payload, 0, len);
+  if (!id_end || id_end - id >= 64) return;
+  char *dir = id_end + 1, *dir_end = memchr(dir, 0, (size_t)(payload + len - dir));
+  if (!dir_end || strncmp(dir, "/.burrow/commands/", 18) != 0 || strstr(dir, "/..")) {
+    answer_background(id, "F 4 22");
+    return;
+  }
+  struct bg_start *slot = NULL;
+  for (int i = 0; i < MAX_BG_STARTS && !slot; i++)
+    if (bg_starts[i].fd < 0) slot = &bg_starts[i];
+  /* The spare supervisor, started ahead, takes it: the start then costs one process start, the command's. */
+  if (idle.pid <= 0) spawn_idle_supervisor();
+  if (!slot || idle.pid <= 0) {
+    answer_background(id, "F 4 11");
+    return;
+  }
+  int spec_fd = idle.spec_fd, answer_fd = idle.answer_fd;
+  idle.pid = 0;
+  idle.spec_fd = idle.answer_fd = -1;
+  /* The whole frame is the spec; a pipe of 1 MiB takes a usual one at once, a larger one as the supervisor reads. */
+  for (uint32_t off = 0; off < len;) {
+    ssize_t n = write(spec_fd, payload + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break; /* EPIPE: the supervisor did not start; its answer pipe closes without an answer */
+    off += (uint32_t)n;
+  }
+  close(spec_fd);
+  fcntl(answer_fd, F_SETFL, O_NONBLOCK);
+  slot->fd = answer_fd;
+  memcpy(slot->id, id, (size_t)(id_end - id) + 1);
+  slot->len = 0;
+}
+
+/* Read a supervisor's answer; relay it once complete (a line) or when its stdout closed without one. */
+static void read_background_answer(struct bg_start *slot) {
+  ssize_t n = read(slot->fd, slot->answer + slot->len, sizeof slot->answer - 1 - slot->len);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n > 0) slot->len += (size_t)n;
+  slot->answer[slot->len] = 0;
+  char *newline = strchr(slot->answer, '\n');
+  if (newline) *newline = 0;
+  else if (n > 0 && slot->len < sizeof slot->answer - 1) return;
+  answer_background(slot->id, newline ? slot->answer : "F 4 5");
+  close_fd(&slot->fd);
+}
+
 /* Whole quiesce: end every command (as a checkpoint would), drop every host socket. */
 static void quiesce(void) {
+  /* Background starts under way are answered first (within 2 s in all): their commands run on through the checkpoint. */
+  long long until = now_ms() + 2000;
+  for (int i = 0; i < MAX_BG_STARTS; i++) {
+    while (bg_starts[i].fd >= 0 && now_ms() < until) {
+      struct pollfd p = {bg_starts[i].fd, POLLIN, 0};
+      if (poll(&p, 1, (int)(until - now_ms())) > 0) read_background_answer(&bg_starts[i]);
+    }
+    if (bg_starts[i].fd >= 0) close_fd(&bg_starts[i].fd);
+  }
   for (int i = 0; i < MAX_EXECS; i++)
     if (execs[i].used) exec_free(&execs[i]);
   close_fd(&spare);
@@ -488,6 +626,12 @@ static void reap(void) {
   int status;
   pid_t pid;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    if (pid == idle.pid) {
+      /* The idle supervisor ended before it got a command: another one is started when needed. */
+      idle.pid = 0;
+      close_fd(&idle.spec_fd);
+      close_fd(&idle.answer_fd);
+    }
     for (int i = 0; i < MAX_EXECS; i++) {
       if (execs[i].used && execs[i].pid == pid && !execs[i].exited) {
         execs[i].exited = 1;
@@ -569,7 +713,7 @@ static int spawn_bench(int n, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     child_stage = 0;
     pid_t pid = vfork();
-    if (pid == 0) child_exec("/", 0, 0, 0, argv, envp, envp[0] + 5, null_fd, null_fd, null_fd);
+    if (pid == 0) child_exec("/", 0, 0, 0, argv, envp, envp[0] + 5, null_fd, null_fd, null_fd, 0);
     if (pid < 0) return 2;
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -589,7 +733,10 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   find_ignored_signals();
   if (argc > 3 && strcmp(argv[1], "--spawn-bench") == 0) return spawn_bench(atoi(argv[2]), &argv[3]);
+  if (argc == 3 && strcmp(argv[1], "--supervise") == 0) return supervise_main(argv[2]);
   if (argc > 1) socket_path = argv[1];
+  if (argv[0][0] == '/') self_path = argv[0];
+  for (int i = 0; i < MAX_BG_STARTS; i++) bg_starts[i].fd = -1;
   for (int i = 0; i < MAX_EXECS; i++) execs[i].sock = execs[i].in_fd = execs[i].out_fd = execs[i].err_fd = -1;
   if (pipe2(sigchld_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 1;
   struct sigaction sa = {0};
@@ -598,9 +745,10 @@ int main(int argc, char **argv) {
   sigaction(SIGCHLD, &sa, NULL);
   long long next_connect_ms = 0;
   for (;;) {
-    struct pollfd fds[3 + MAX_EXECS * 4];
-    struct exec *owner[3 + MAX_EXECS * 4];
-    int kind[3 + MAX_EXECS * 4];
+    struct pollfd fds[3 + MAX_EXECS * 4 + MAX_BG_STARTS];
+    struct exec *owner[3 + MAX_EXECS * 4 + MAX_BG_STARTS];
+    int kind[3 + MAX_EXECS * 4 + MAX_BG_STARTS];
+    int bg_slot[3 + MAX_EXECS * 4 + MAX_BG_STARTS]; /* for kind 8: the background start's slot */
     int n = 0;
     int timeout = -1;
     if (ctl < 0) {
@@ -643,6 +791,23 @@ int main(int argc, char **argv) {
         if (timeout < 0 || t < timeout) timeout = t;
       }
     }
+    if (ctl >= 0 && idle.pid <= 0) {
+      /* Started ahead, like the spare: only while no background start is under way and no command just started. */
+      long long now = now_ms(), busy_until = 0;
+      int starting = 0;
+      for (int i = 0; i < MAX_BG_STARTS; i++) starting |= bg_starts[i].fd >= 0;
+      for (int i = 0; i < MAX_EXECS; i++)
+        if (execs[i].used && !execs[i].exited && execs[i].started_at_ms + SPARE_AFTER_MS > busy_until)
+          busy_until = execs[i].started_at_ms + SPARE_AFTER_MS;
+      if (!starting && now >= busy_until && now >= next_idle_ms) {
+        spawn_idle_supervisor();
+        if (idle.pid <= 0) next_idle_ms = now + 1000;
+      } else if (!starting) {
+        long long at = busy_until > next_idle_ms ? busy_until : next_idle_ms;
+        int t = (int)(at - now > 0 ? at - now : 1);
+        if (timeout < 0 || t < timeout) timeout = t;
+      }
+    }
     fds[n] = (struct pollfd){sigchld_pipe[0], POLLIN, 0};
     owner[n] = NULL;
     kind[n++] = 0;
@@ -655,6 +820,13 @@ int main(int argc, char **argv) {
       fds[n] = (struct pollfd){ctl, POLLIN, 0};
       owner[n] = NULL;
       kind[n++] = 1;
+    }
+    for (int i = 0; i < MAX_BG_STARTS; i++) {
+      if (bg_starts[i].fd < 0) continue;
+      fds[n] = (struct pollfd){bg_starts[i].fd, POLLIN, 0};
+      owner[n] = NULL;
+      bg_slot[n] = i;
+      kind[n++] = 8;
     }
     long long now = now_ms();
     for (int i = 0; i < MAX_EXECS; i++) {
@@ -723,6 +895,7 @@ int main(int argc, char **argv) {
         int r;
         while (ctl >= 0 && (r = next_frame(&ctl_rx, &type, &payload, &len)) == 1) {
           if (type == 'E') start_exec(payload, len, -1);
+          else if (type == 'B') start_background(payload, len);
           else if (type == 'Q') {
             quiesce();
             next_connect_ms = now_ms() + 100;
@@ -767,6 +940,8 @@ int main(int argc, char **argv) {
           next_spare_ms = now_ms() + 100;
         }
         buf_free(&spare_rx);
+      } else if (kind[i] == 8) {
+        if (bg_starts[bg_slot[i]].fd >= 0) read_background_answer(&bg_starts[bg_slot[i]]);
       } else if (!e->used) {
         continue;
       } else if (kind[i] == 2) {

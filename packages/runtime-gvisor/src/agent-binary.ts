@@ -6,6 +6,10 @@ import { runCommand } from './run-command.js';
 
 /** C source of the in-sandbox exec agent, shipped with the package (never a prebuilt binary). */
 export const AGENT_SOURCE_PATH = fileURLToPath(new URL('../agent/burrow-agent.c', import.meta.url));
+/** Every file of the agent's source: compiled together into one static program, all hashed for its cache key. */
+const AGENT_SOURCE_FILES = ['burrow-agent.c', 'burrow-supervise.c', 'burrow-agent.h'].map((name) =>
+  fileURLToPath(new URL(`../agent/${name}`, import.meta.url)),
+);
 
 /** Where the agent appears inside a sandbox (read-only bind mount of `<sandbox dir>/agent`). */
 export const AGENT_GUEST_DIR = '/.burrow-agent';
@@ -23,16 +27,27 @@ export type AgentBuild = { kind: 'built'; path: string } | { kind: 'unavailable'
  * Never throws: a missing compiler gives `unavailable` with the reason.
  */
 export async function buildAgent(cacheDir: string, gccPath = 'gcc'): Promise<AgentBuild> {
-  const source = await readFile(AGENT_SOURCE_PATH).catch(() => null);
-  if (source === null) return { kind: 'unavailable', reason: `agent source not found at ${AGENT_SOURCE_PATH}` };
-  const hash = createHash('sha256').update(source).digest('hex').slice(0, 16);
+  const sources = await Promise.all(AGENT_SOURCE_FILES.map((file) => readFile(file).catch(() => null)));
+  if (sources.some((source) => source === null))
+    return { kind: 'unavailable', reason: `agent source not found beside ${AGENT_SOURCE_PATH}` };
+  const hashing = createHash('sha256');
+  for (const source of sources) hashing.update(source as Buffer);
+  const hash = hashing.digest('hex').slice(0, 16);
   const path = join(cacheDir, `burrow-agent-${hash}`);
   if (await stat(path).catch(() => null)) return { kind: 'built', path };
   await mkdir(cacheDir, { recursive: true });
   const temp = `${path}.${randomBytes(4).toString('hex')}.tmp`;
   const result = await runCommand(
     gccPath,
-    ['-static', '-O2', '-Wall', '-Wno-clobbered', '-o', temp, AGENT_SOURCE_PATH],
+    [
+      '-static',
+      '-O2',
+      '-Wall',
+      '-Wno-clobbered',
+      '-o',
+      temp,
+      ...AGENT_SOURCE_FILES.filter((file) => file.endsWith('.c')),
+    ],
     { timeoutMs: 120_000 },
   ).catch((error: unknown) => ({ exitCode: null, signal: null, stdout: '', stderr: String(error) }));
   if (result.exitCode !== 0) {

@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import type { ExecOptions, SandboxProcess } from '@burrow/runtime';
+import type { ExecOptions, SandboxProcess, SupervisedStart, SupervisedStartOptions } from '@burrow/runtime';
 import { type AgentBuild, buildAgent } from './agent-binary.js';
 import { AgentHub, AgentStartError } from './agent-hub.js';
 import { explainBlockers, HostSocketOpenError } from './checkpoint-blockers.js';
@@ -164,6 +164,16 @@ export class AgentExec {
       }
     }
     return null;
+  }
+
+  /**
+   * Start a background command under its supervisor through the sandbox's agent (waiting for an agent that is
+   * still connecting, as exec does); null when there is no agent or it is too old for it.
+   * @throws RuntimeError as {@link AgentHub.startBackground}
+   */
+  async startSupervised(sandboxId: string, options: SupervisedStartOptions): Promise<SupervisedStart | null> {
+    const control = await this.control(sandboxId);
+    return control === null ? null : this.hub.startBackground(sandboxId, control, options);
   }
 
   /** Expect the sandbox's agent again (a container is starting, or the sandbox is gone). */

@@ -147,4 +147,48 @@ describe('AgentHub spare data connections (fake agent)', () => {
     process.stdin.end();
     expect(await process.exited).toEqual({ exitCode: 3, signal: null });
   });
+
+  it('starts a background command with a B frame and answers its pid from b; an agent of protocol 1 gets none', async () => {
+    const old = await open(frame('A', Buffer.from('burrow-agent 1')));
+    const options = {
+      dir: '/.burrow/commands/cmd_x',
+      argv: ['sleep', '9'],
+      env: { A: 'b' },
+      cwd: '/root',
+      timeoutMs: 5_000,
+      segmentBytes: 4096,
+      maxSegments: 3,
+    };
+    expect(await hub.startBackground(id, (await hub.control(id, 5_000)) as Socket, options)).toBeNull();
+    old.socket.destroy();
+    for (let i = 0; i < 500 && (await hub.control(id, 0)) !== null; i++) await new Promise((r) => setTimeout(r, 10));
+    const ctl = await open(frame('A', Buffer.from('burrow-agent 2')));
+    const control = (await hub.control(id, 5_000)) as Socket;
+    const started = hub.startBackground(id, control, options);
+    const [start] = await ctl.received(1);
+    expect(start?.type).toBe('B');
+    const fields = start?.payload.toString('latin1').split('\0') ?? [];
+    expect(fields.slice(1)).toEqual([
+      '/.burrow/commands/cmd_x',
+      '/root',
+      '',
+      '',
+      '5000',
+      '',
+      '',
+      '4096',
+      '3',
+      '2',
+      'sleep',
+      '9',
+      'A=b',
+      '',
+    ]);
+    ctl.socket.write(frame('b', Buffer.from(`${fields[0]}\0P 42 41 1700000000000`)));
+    expect(await started).toEqual({ pid: 42, supervisorPid: 41, startedAtMs: 1700000000000 });
+    const refused = hub.startBackground(id, control, options);
+    const [, second] = await ctl.received(2);
+    ctl.socket.write(frame('b', Buffer.from(`${second?.payload.toString('latin1').split('\0')[0]}\0F 4 11`)));
+    await expect(refused).rejects.toThrow(/did not start \(F 4 11\)/);
+  });
 });

@@ -5,15 +5,32 @@ import { constants as osConstants } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
-import { type ProcessExit, RuntimeError, type SandboxProcess } from '@burrow/runtime';
+import {
+  type ProcessExit,
+  RuntimeError,
+  type SandboxProcess,
+  type SupervisedStart,
+  type SupervisedStartOptions,
+} from '@burrow/runtime';
 import { MAX_SOCKET_PATH_BYTES } from './agent-binary.js';
 
-/** Protocol the agent announces in its hello frame. */
-const AGENT_PROTOCOL = 'burrow-agent 1';
+/**
+ * Protocols an agent announces in its hello frame: 2 adds background starts ('B'/'b'); 1 is the agent of a sandbox
+ * paused or created before that (its image keeps its binary).
+ */
+const AGENT_PROTOCOLS: ReadonlyMap<string, number> = new Map([
+  ['burrow-agent 1', 1],
+  ['burrow-agent 2', 2],
+]);
 /** Largest frame accepted from a sandbox (the agent sends at most 1 MiB of output per frame, its read size). */
 const MAX_FRAME_BYTES = 1024 * 1024;
 /** How long a start waits for the agent's data connection and first answer, in ms. */
 const START_TIMEOUT_MS = 10_000;
+/**
+ * How long a background start waits for the agent's answer, in ms. The agent answers starts in order, each after
+ * two process starts inside the sandbox; 100 at once on a loaded host (load 18 on 2 cores) took over 10 s.
+ */
+const BACKGROUND_START_TIMEOUT_MS = 120_000;
 /** How long a quiesce waits for the agent to drop its host sockets, in ms. */
 const QUIESCE_TIMEOUT_MS = 5_000;
 /** How long after its exit a command's output that nobody started reading is kept before it is discarded, in ms. */
@@ -50,6 +67,10 @@ interface AgentEndpoint {
   /** When listening began (ms since the epoch). */
   listenedAtMs: number;
   control: Socket | null;
+  /** Protocol version of the connected agent (0 while none is). */
+  protocol: number;
+  /** Background starts waiting for their 'b' answer, by start id. */
+  backgrounds: Map<string, (answer: string) => void>;
   /** Resolvers waiting for the control connection. */
   waiters: Array<(control: Socket | null) => void>;
   /** Data connections announced by the agent, by exec id. */
@@ -213,6 +234,8 @@ export class AgentHub {
       socketPath,
       listenedAtMs: Date.now(),
       control: null,
+      protocol: 0,
+      backgrounds: new Map(),
       waiters: [],
       pending: new Map(),
       spares: [],
@@ -336,19 +359,28 @@ export class AgentHub {
     socket.on('data', onData);
     socket.on('error', () => undefined);
     reader.onFrame = (frame) => {
-      if (frame.type === 'A' && frame.payload.toString('latin1') === AGENT_PROTOCOL) {
+      const protocol = frame.type === 'A' ? AGENT_PROTOCOLS.get(frame.payload.toString('latin1')) : undefined;
+      if (protocol !== undefined) {
         reader.onFrame = (next) => {
           if (next.type === 'N') {
             // The agent could not connect the command's data connection: refuse at once instead of timing out.
             endpoint.pending.get(next.payload.toString('latin1'))?.refuse('the exec agent could not connect back');
+          } else if (next.type === 'b' && protocol >= 2) {
+            const text = next.payload.toString('latin1');
+            const cut = text.indexOf('\0');
+            endpoint.backgrounds.get(text.slice(0, cut))?.(text.slice(cut + 1));
           } else if (next.type !== 'q') {
             socket.destroy();
           }
         };
         endpoint.control?.destroy();
         endpoint.control = socket;
+        endpoint.protocol = protocol;
         socket.on('close', () => {
-          if (endpoint.control === socket) endpoint.control = null;
+          if (endpoint.control === socket) {
+            endpoint.control = null;
+            endpoint.protocol = 0;
+          }
         });
         for (const waiter of endpoint.waiters.splice(0)) waiter(socket);
         return;
@@ -437,6 +469,67 @@ export class AgentHub {
     control.write(encodeFrame('E', payload));
     const { socket, reader } = await connected;
     return startedProcess(socket, reader, options, () => endpoint.quiesced);
+  }
+
+  /**
+   * Start a background command under its in-sandbox supervisor (`burrow-agent --supervise`, a 'B' frame on the
+   * control connection; the agent answers 'b' with the pid once the command runs). The supervisor holds no host
+   * descriptor, so quiesces leave it and its command running. Null when the connected agent is too old for it.
+   * @throws RuntimeError when no answer comes within {@link START_TIMEOUT_MS} or the supervisor could not start
+   */
+  async startBackground(
+    sandboxId: string,
+    control: Socket,
+    options: SupervisedStartOptions,
+  ): Promise<SupervisedStart | null> {
+    const endpoint = this.endpoints.get(sandboxId);
+    if (!endpoint || endpoint.control !== control || endpoint.protocol < 2) return null;
+    const id = randomBytes(8).toString('hex');
+    const fields = [
+      id,
+      options.dir,
+      options.cwd,
+      options.user === undefined ? '' : String(options.user.uid),
+      options.user === undefined ? '' : String(options.user.gid),
+      options.timeoutMs === undefined ? '' : String(options.timeoutMs),
+      options.pty === undefined ? '' : String(options.pty.cols),
+      options.pty === undefined ? '' : String(options.pty.rows),
+      String(options.segmentBytes),
+      String(options.maxSegments),
+      String(options.argv.length),
+      ...options.argv,
+      ...Object.entries(options.env).map(([key, value]) => `${key}=${value}`),
+    ];
+    if (fields.some((field) => field.includes('\0'))) {
+      throw new RuntimeError('argv, env, cwd may not contain NUL bytes', undefined, { code: 'invalid_request' });
+    }
+    const answer = await new Promise<string>((resolve, reject) => {
+      const fail = (reason: string): void => {
+        endpoint.backgrounds.delete(id);
+        control.off('close', onClose);
+        reject(new RuntimeError(`the exec agent of ${sandboxId} ${reason}; list the commands to see whether it runs`));
+      };
+      const timer = setTimeout(
+        () => fail(`did not answer a background start within ${BACKGROUND_START_TIMEOUT_MS} ms`),
+        BACKGROUND_START_TIMEOUT_MS,
+      );
+      const onClose = (): void => {
+        clearTimeout(timer);
+        fail('closed its connection before it answered a background start');
+      };
+      control.once('close', onClose);
+      endpoint.backgrounds.set(id, (text) => {
+        clearTimeout(timer);
+        control.off('close', onClose);
+        endpoint.backgrounds.delete(id);
+        resolve(text);
+      });
+      control.write(encodeFrame('B', Buffer.from(`${fields.join('\0')}\0`)));
+    });
+    const started = /^P (\d+) (\d+) (\d+)$/.exec(answer);
+    if (started !== null)
+      return { pid: Number(started[1]), supervisorPid: Number(started[2]), startedAtMs: Number(started[3]) };
+    throw new RuntimeError(`the command supervisor did not start (${answer.slice(0, 40)})`);
   }
 }
 

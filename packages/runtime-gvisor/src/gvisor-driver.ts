@@ -19,6 +19,8 @@ import {
   type SandboxProcess,
   type SnapshotOptions,
   type SpawnOptions,
+  type SupervisedStart,
+  type SupervisedStartOptions,
 } from '@burrow/runtime';
 import { AgentExec } from './agent-exec.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
@@ -238,6 +240,10 @@ export class GvisorDriver implements RuntimeDriver {
 
   async diskUsageBytes(sandboxId: string): Promise<number> {
     return allocatedBytes(this.paths(sandboxId).dir);
+  }
+
+  startSupervised(sandboxId: string, options: SupervisedStartOptions): Promise<SupervisedStart | null> {
+    return this.agents.startSupervised(sandboxId, options);
   }
 
   async spawn(sandboxId: string, options: SpawnOptions): Promise<void> {

@@ -174,6 +174,15 @@ export interface RuntimeDriver extends PersistenceVerbs {
    * Optional; resolves false after `timeoutMs` (driver default, a few seconds) or when there is no fast path.
    */
   execAgentReady?(sandboxId: string, timeoutMs?: number): Promise<boolean>;
+  /**
+   * Start a background command under an in-sandbox supervisor that keeps its state and output in `options.dir`
+   * (layout: docs/exec-protocol.md §3) and outlives pause, resume and fork. Resolves with the command's pid once it
+   * runs, before the supervisor wrote `state.json` (the caller writes it from the answer) (a program that cannot run resolves too: its exit file says 127 or 126), or null when the driver has no
+   * such fast path for this sandbox (then the caller starts its own supervisor with {@link PersistenceVerbs.spawn}).
+   * Optional.
+   * @throws RuntimeError when the sandbox does not run or the supervisor could not start
+   */
+  startSupervised?(sandboxId: string, options: SupervisedStartOptions): Promise<SupervisedStart | null>;
 
   /**
    * Release what the driver holds in this process (listeners, connections to in-sandbox agents) at server
@@ -224,6 +233,37 @@ export interface CreateFromSnapshotOptions extends CreateOptions {
   sourceDir: string;
   /** Restore processes and memory (needs a snapshot with memory); otherwise boot fresh on a copy of its disk. */
   memory: boolean;
+}
+
+/** Options of {@link RuntimeDriver.startSupervised}. */
+export interface SupervisedStartOptions {
+  /** The command's directory inside the sandbox, under `/.burrow/commands/`; it exists (the caller wrote its spec). */
+  dir: string;
+  argv: string[];
+  /** Full environment of the command. */
+  env: Record<string, string>;
+  /** Absolute working directory inside the sandbox. */
+  cwd: string;
+  /** Run as this user (root when absent). */
+  user?: { uid: number; gid: number } | undefined;
+  /** Kill the whole process tree after this long (ms of the sandbox's running time), none when absent. */
+  timeoutMs?: number | undefined;
+  /** A terminal of this size instead of pipes. */
+  pty?: { cols: number; rows: number } | undefined;
+  /** Bytes per output log segment. */
+  segmentBytes: number;
+  /** Segments kept (the ring holds between `(maxSegments - 1) × segmentBytes` and `maxSegments × segmentBytes`). */
+  maxSegments: number;
+}
+
+/** A background command {@link RuntimeDriver.startSupervised} started. */
+export interface SupervisedStart {
+  /** The command's pid inside the sandbox. */
+  pid: number;
+  /** Its supervisor's pid inside the sandbox. */
+  supervisorPid: number;
+  /** When it started, ms since the epoch (the sandbox's clock). */
+  startedAtMs: number;
 }
 
 /** Options of {@link PersistenceVerbs.spawn}. */

@@ -147,7 +147,7 @@ export class Commands {
   }
 
   /**
-   * Sends a signal (default SIGKILL) to a background command's whole process group.
+   * Sends a signal (default SIGKILL) to every process of a background command's tree.
    * @throws `CommandNotFoundError`
    */
   async kill(commandId: string, signal: ExecSignal = 'SIGKILL'): Promise<CommandInfo> {

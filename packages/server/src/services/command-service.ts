@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { constants as osConstants } from 'node:os';
 import type { CommandInfo } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
 import { FsError, type RuntimeDriver, RuntimeError, SandboxFs, type SandboxProcess } from '@burrow/runtime';
@@ -34,10 +35,12 @@ export interface StartCommandInput {
 }
 
 /** Control record kinds of the supervisor's `ctl` FIFO. */
-export const ControlKind = { stdin: 0, stdinClose: 1, resize: 2 } as const;
+export const ControlKind = { stdin: 0, stdinClose: 1, resize: 2, signal: 3 } as const;
 
 /** Exited commands a sandbox keeps (with their logs); older ones are removed when a new one starts. */
 const KEEP_EXITED_COMMANDS = 64;
+/** Exited commands beyond {@link KEEP_EXITED_COMMANDS} that make a prune worth its exec. */
+const PRUNE_BATCH = 16;
 /** How often {@link CommandService.wait} looks for the exit file, ms. */
 const WAIT_POLL_MS = 20;
 /** PATH of the supervisor's own process. */
@@ -132,13 +135,54 @@ export class CommandService {
       ...input.env,
     };
     const argv = toArgv(input.cmd);
+    const cwd = input.cwd ?? sandbox.cwd;
+    // The agent's supervisor writes every file of the command itself inside the sandbox, so this path costs no host
+    // file operation (each is several thread-pool hops); without an agent (or with an old one) python3's starts.
+    const fast = await this.deps.driver
+      .startSupervised?.(id, {
+        dir,
+        argv,
+        env,
+        cwd,
+        user: user === undefined ? undefined : { uid: user.uid, gid: user.gid },
+        timeoutMs: input.timeoutMs,
+        pty: input.pty === undefined ? undefined : { cols: input.pty.cols, rows: input.pty.rows },
+        segmentBytes: LOG_SEGMENT_BYTES,
+        maxSegments: LOG_MAX_SEGMENTS,
+      })
+      .catch((error: unknown) => {
+        throw new ApiError(
+          ErrorCode.runtimeError,
+          `the command supervisor did not start: ${(error as Error).message}`,
+          {
+            hint: 'check that the sandbox runs',
+            cause: error,
+          },
+        );
+      });
+    if (fast !== null && fast !== undefined) {
+      this.deps.logger.debug({ sandboxId: id, commandId }, 'background command started');
+      // Pruning reads exit files: after the answer, never on the start's path.
+      void this.pruneExited(id, fs).catch(() => undefined);
+      return toInfo(
+        id,
+        commandId,
+        {
+          argv,
+          pty: input.pty === undefined ? null : { cols: input.pty.cols, rows: input.pty.rows },
+          createdAtMs: fast.startedAtMs,
+        },
+        { pid: fast.pid, startedAtMs: fast.startedAtMs, supervisorPid: fast.supervisorPid },
+        null,
+        { firstOffset: 0, endOffset: 0 },
+      );
+    }
     try {
-      await this.installSupervisor(fs);
-      await this.pruneExited(fs);
+      await this.pruneExited(id, fs);
       const spec = {
         argv,
         env,
-        cwd: input.cwd ?? sandbox.cwd,
+        cwd,
         user: user === undefined ? null : { name: user.name, uid: user.uid, gid: user.gid },
         timeoutMs: input.timeoutMs ?? null,
         pty: input.pty === undefined ? null : { cols: input.pty.cols, rows: input.pty.rows },
@@ -150,17 +194,7 @@ export class CommandService {
     } catch (error) {
       throw mapFsError(error);
     }
-    const launcher = await this.launchSupervisor(id, fs, dir);
-    if (launcher.exitCode !== 0) {
-      const noPython = launcher.exitCode === 127;
-      throw new ApiError(
-        ErrorCode.runtimeError,
-        noPython
-          ? 'background commands need python3 in the sandbox, and it has none'
-          : `the command supervisor did not start: ${launcher.stderr.slice(0, 500)}`,
-        { hint: noPython ? 'use a template with python3 (the base template has it)' : 'check the sandbox runs' },
-      );
-    }
+    await this.startWithPython(id, fs, dir);
     this.deps.logger.debug({ sandboxId: id, commandId }, 'background command started');
     return this.info(fs, id, commandId);
   }
@@ -223,23 +257,18 @@ export class CommandService {
   }
 
   /**
-   * Send `signal` to the command's whole process group (it leads its own session). No-op once it ended.
-   * @throws ApiError as {@link get}, `runtime_error` when the signal could not be sent
+   * Send `signal` to every process of the command's tree (its supervisor's descendants, orphans it adopted included; a python3 supervisor signals the process group). No-op once it ended.
+   * @throws ApiError as {@link get}
    */
   async kill(caller: Principal, id: string, commandId: string, signal: NodeJS.Signals): Promise<CommandInfo> {
     const { fs } = await this.view(caller, id);
     const info = await this.info(fs, id, commandId);
     if (info.status !== 'running') return info;
-    const result = await this.helperExec(id, ['/bin/sh', '-c', `kill -s ${signal.slice(3)} -- -${info.pid}`]);
-    if (result.exitCode !== 0 && (await this.info(fs, id, commandId)).status === 'running') {
-      throw new ApiError(
-        ErrorCode.runtimeError,
-        `could not signal command ${commandId}: ${result.stderr.slice(0, 300)}`,
-        {
-          hint: 'list the commands to see whether it still runs',
-        },
-      );
-    }
+    const number = osConstants.signals[signal];
+    await this.control(caller, id, commandId, ControlKind.signal, Buffer.from([number])).catch((error: unknown) => {
+      // It ended meanwhile: nothing to signal.
+      if (!(error instanceof ApiError && error.code === ErrorCode.conflict)) throw error;
+    });
     return this.info(fs, id, commandId);
   }
 
@@ -290,8 +319,16 @@ export class CommandService {
     const key = `${sandboxId}/${commandId}`;
     let writer = this.controls.get(key);
     if (writer === undefined) {
+      // One writer per command, so records of several clients never interleave inside the FIFO.
       writer = this.deps.driver.exec(sandboxId, {
-        argv: ['python3', SUPERVISOR_PATH, 'ctl', commandDir(commandId)],
+        // The agent's supervisor makes its FIFO just after the start answered: wait for it (never create a file).
+        argv: [
+          '/bin/sh',
+          '-c',
+          'i=0; while [ ! -p "$1" ] && [ $i -lt 500 ]; do i=$((i+1)); sleep 0.01; done; exec cat > "$1"',
+          'ctl',
+          `${commandDir(commandId)}/ctl`,
+        ],
         env: SUPERVISOR_ENV,
         cwd: '/',
       });
@@ -334,6 +371,26 @@ export class CommandService {
     }
   }
 
+  /** Start the command with the python3 supervisor (no agent, or one too old for background starts). */
+  private async startWithPython(sandboxId: string, fs: SandboxFs, dir: string): Promise<void> {
+    try {
+      await this.installSupervisor(fs);
+    } catch (error) {
+      throw mapFsError(error);
+    }
+    const launcher = await this.launchSupervisor(sandboxId, fs, dir);
+    if (launcher.exitCode !== 0) {
+      const noPython = launcher.exitCode === 127;
+      throw new ApiError(
+        ErrorCode.runtimeError,
+        noPython
+          ? 'background commands need python3 in the sandbox, and it has none'
+          : `the command supervisor did not start: ${launcher.stderr.slice(0, 500)}`,
+        { hint: noPython ? 'use a template with python3 (the base template has it)' : 'check the sandbox runs' },
+      );
+    }
+  }
+
   private async installSupervisor(fs: SandboxFs): Promise<void> {
     const current = await readBytes(fs, SUPERVISOR_PATH).catch(() => null);
     if (current !== null && createHash('sha256').update(current).digest('hex') === SUPERVISOR_SHA) return;
@@ -341,8 +398,10 @@ export class CommandService {
   }
 
   /** Remove the oldest exited commands beyond {@link KEEP_EXITED_COMMANDS}. */
-  private async pruneExited(fs: SandboxFs): Promise<void> {
+  private async pruneExited(sandboxId: string, fs: SandboxFs): Promise<void> {
     const entries = await fs.list(COMMANDS_DIR).catch(() => []);
+    // Reading every exit file costs a file read per command: only once a batch of extra ones piled up.
+    if (entries.length < KEEP_EXITED_COMMANDS + PRUNE_BATCH) return;
     const exited: Array<{ path: string; endedAtMs: number }> = [];
     for (const entry of entries) {
       if (entry.type !== 'directory') continue;
@@ -350,9 +409,10 @@ export class CommandService {
       if (exit !== null) exited.push({ path: entry.path, endedAtMs: exit.endedAtMs });
     }
     exited.sort((a, b) => a.endedAtMs - b.endedAtMs);
-    for (const old of exited.slice(0, Math.max(0, exited.length - KEEP_EXITED_COMMANDS + 1))) {
-      await fs.remove(old.path, { recursive: true }).catch(() => undefined);
-    }
+    const old = exited.slice(0, Math.max(0, exited.length - KEEP_EXITED_COMMANDS + 1)).map((entry) => entry.path);
+    // Removed inside the sandbox, through gVisor: files the sandbox made and the host removed behind its back make
+    // the next restore of a pause image fail ("restoring container: no such file or directory").
+    if (old.length > 0) await this.helperExec(sandboxId, ['rm', '-rf', '--', ...old]);
   }
 
   /**
