@@ -85,10 +85,34 @@ export const NetworkPolicySchema = z
 export type NetworkPolicy = z.output<typeof NetworkPolicySchema>;
 export type NetworkPolicyInput = z.input<typeof NetworkPolicySchema>;
 
-/** Body of `PUT /sandboxes/:id/network`: the whole new policy, applied atomically. */
-export const UpdateNetworkRequestSchema = NetworkPolicySchema;
+/**
+ * A network policy as a request gives it (create's `network`, the body of `PUT /v1/sandboxes/{id}/network`): like
+ * {@link NetworkPolicySchema} with `mode` optional (absent: the server's default on create, the current mode on an
+ * update). An update replaces the whole policy, applied atomically.
+ */
+export const NetworkPolicyRequestSchema = z
+  .object({
+    mode: NetworkModeSchema.optional(),
+    allowOut: RuleListSchema.default([]),
+    denyOut: RuleListSchema.default([]),
+    egressMbps: z.number().int().min(1).max(MAX_EGRESS_MBPS).optional(),
+  })
+  .strict()
+  .superRefine((policy, ctx) => {
+    const count = policy.allowOut.length + policy.denyOut.length;
+    if (count > MAX_NETWORK_RULES) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['allowOut'],
+        message: `${count} rules in allowOut and denyOut together; at most ${MAX_NETWORK_RULES} are allowed`,
+      });
+    }
+  })
+  .meta({ id: 'NetworkPolicyRequest' });
+export type NetworkPolicyRequest = z.input<typeof NetworkPolicyRequestSchema>;
+export type NetworkPolicyRequestParsed = z.output<typeof NetworkPolicyRequestSchema>;
 
-/** Bytes the sandbox sent and received over its network since it got it (counters of its router). */
+/** Bytes the sandbox sent and received over its network since its network was made (its router's counters). */
 export const NetworkUsageSchema = z
   .object({
     egressBytes: z.number().int().nonnegative(),
@@ -96,3 +120,17 @@ export const NetworkUsageSchema = z
   })
   .meta({ id: 'NetworkUsage' });
 export type NetworkUsage = z.infer<typeof NetworkUsageSchema>;
+
+/** A sandbox's network as the API shows it: the policy in force and, on a single sandbox, its byte counts. */
+export const SandboxNetworkSchema = z
+  .object({
+    mode: NetworkModeSchema,
+    allowOut: z.array(z.string()),
+    denyOut: z.array(z.string()),
+    /** Egress limit, Mbit/s; null: none. */
+    egressMbps: z.number().int().nullable(),
+    /** Bytes through the sandbox's network (`GET /v1/sandboxes/{id}` only; absent when it has none on the host). */
+    usage: NetworkUsageSchema.optional(),
+  })
+  .meta({ id: 'SandboxNetwork' });
+export type SandboxNetwork = z.infer<typeof SandboxNetworkSchema>;

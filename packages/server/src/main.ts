@@ -14,6 +14,7 @@ import { ActorContext } from './lifecycle/actor-context.js';
 import { hasRunningCommand } from './lifecycle/command-activity-probe.js';
 import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
+import { type NetworkConfig, networkConfigFrom } from './network-config.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
 import { CommandService } from './services/command-service.js';
@@ -25,6 +26,7 @@ import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
 import { HygieneService } from './services/hygiene-service.js';
 import { KeyService } from './services/key-service.js';
 import { Metrics, type MetricsSources } from './services/metrics.js';
+import { NetworkService } from './services/network-service.js';
 import { PolicyService } from './services/policy-service.js';
 import { QuotaService } from './services/quota-service.js';
 import { SandboxService } from './services/sandbox-service.js';
@@ -107,6 +109,12 @@ export interface Config {
    *   uses `<dataDir>/image-key`, generated on first start
    */
   imageEncryption: { keyFile: string; create: boolean } | null;
+  /**
+   * Per-sandbox networks and their defaults (docs/network.md); null: sandboxes have no network. @default on, mode
+   * `egress` (BURROW_NETWORK=off, BURROW_NETWORK_DEFAULT, BURROW_NETWORK_NEVER, BURROW_NETWORK_EGRESS_MBPS,
+   * BURROW_NETWORK_RESOLVER: see {@link NetworkConfig})
+   */
+  network?: NetworkConfig | null;
   /**
    * TEST HOOK for the kill -9 suite: the named crash point (see `crashPoint` in @burrow/runtime) armed by
    * {@link startServer} after its first reconcile pass; the server SIGKILLs itself when it gets there.
@@ -199,6 +207,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
       intFrom(env.BURROW_HEAP_HEADROOM_MIB, 'BURROW_HEAP_HEADROOM_MIB', DEFAULT_HEAP_HEADROOM_MIB),
     imageEncryption: overrides.imageEncryption ?? imageEncryptionFrom(env, dataDir),
     testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
+    network: overrides.network !== undefined ? overrides.network : networkConfigFrom(env),
   };
 }
 
@@ -274,6 +283,15 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
         ...(config.imageEncryption === null
           ? {}
           : { imageEncryption: { key: await loadImageKey(config.imageEncryption) } }),
+        ...(config.network == null
+          ? {}
+          : {
+              network: {
+                never: config.network.never,
+                ...(config.network.egressMbps === null ? {} : { defaultEgressMbps: config.network.egressMbps }),
+                ...(config.network.resolver === null ? {} : { resolver: config.network.resolver }),
+              },
+            }),
       }),
     fsHolders,
   );
@@ -333,6 +351,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   );
   const sandboxes: SandboxService = new SandboxService({
     pool,
+    network: { defaultMode: config.network?.defaultMode ?? 'none' },
     sandboxes: store.sandboxes,
     templates,
     driver,
@@ -383,6 +402,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       clock,
     }),
     quotas: new QuotaService({ quotas: store.sandboxes.quotas, clock }),
+    network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
     activity,
     driverName: driver.name,
   };
