@@ -2,7 +2,7 @@ import { chmod, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
 import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
-import { GvisorDriver, type GvisorPlatform, loadImageKey } from '@burrow/runtime-gvisor';
+import { GvisorDriver, type GvisorPlatform, loadImageKey, type SandboxNetworks } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
 import { lockDataDir, prepareDataDir } from './data-dir.js';
 import { DEFAULT_HEAP_HEADROOM_MIB, installHeapHeadroom } from './heap-headroom.js';
@@ -256,6 +256,11 @@ export interface Burrow {
   webhooks: WebhookDispatcher;
   /** The warm pool (not running until {@link startServer} or `pool.start()`). */
   pool: WarmPool;
+  /**
+   * The sandboxes' networks on this host (absent with networking off or another driver): the DNS resolver's seam,
+   * `networks.resolver` (where it listens), `sandboxForSourceAddress` and `allowResolvedAddresses`.
+   */
+  networks?: SandboxNetworks | undefined;
   logger: Logger;
   /** Stop the reconciler, close the app and the database. */
   close(): Promise<void>;
@@ -272,29 +277,36 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   const logger = deps.logger ?? pino({ level: config.logLevel }, pino.destination(2));
   const clock = deps.clock ?? systemClock;
   const fsHolders = new FsHolders();
-  const driver = releasingDriver(
+  const runtime =
     deps.driver ??
-      new GvisorDriver({
-        dataDir: config.dataDir,
-        runscPath: config.runscPath,
-        platform: config.platform,
-        execAgent: config.execAgent,
-        logger: logger.child({ component: 'driver' }),
-        ...(config.imageEncryption === null
-          ? {}
-          : { imageEncryption: { key: await loadImageKey(config.imageEncryption) } }),
-        ...(config.network == null
-          ? {}
-          : {
-              network: {
-                never: config.network.never,
-                ...(config.network.egressMbps === null ? {} : { defaultEgressMbps: config.network.egressMbps }),
-                ...(config.network.resolver === null ? {} : { resolver: config.network.resolver }),
-              },
-            }),
-      }),
-    fsHolders,
-  );
+    new GvisorDriver({
+      dataDir: config.dataDir,
+      runscPath: config.runscPath,
+      platform: config.platform,
+      execAgent: config.execAgent,
+      logger: logger.child({ component: 'driver' }),
+      ...(config.imageEncryption === null
+        ? {}
+        : { imageEncryption: { key: await loadImageKey(config.imageEncryption) } }),
+      ...(config.network == null
+        ? {}
+        : {
+            network: {
+              never: config.network.never,
+              ...(config.network.egressMbps === null ? {} : { defaultEgressMbps: config.network.egressMbps }),
+              ...(config.network.resolver === null ? {} : { resolver: config.network.resolver }),
+            },
+          }),
+    });
+  // The sandboxes' networks: the host gateway address and rules exist before a resolver binds or a sandbox starts.
+  const networks = runtime instanceof GvisorDriver ? runtime.networks : undefined;
+  await networks?.prepareHost().catch((error: unknown) => {
+    throw new Error(
+      `preparing sandbox networking failed (${(error as Error).message}); install nftables or set BURROW_NETWORK=off`,
+      { cause: error },
+    );
+  });
+  const driver = releasingDriver(runtime, fsHolders);
   const builder =
     deps.templateBuilder ??
     new GvisorTemplateBuilder({ templatesDir: config.templatesDir, runscPath: config.runscPath });
@@ -452,6 +464,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     policies,
     webhooks,
     pool,
+    networks,
     logger,
     close: async () => {
       await pool.stop();
