@@ -176,6 +176,11 @@ describe('network policy over the API (real runsc, real namespaces)', { timeout:
     const info = await burrow.app.inject({ method: 'GET', url: `/v1/sandboxes/${id}`, headers: admin });
     expect(info.json().network.usage.egressBytes).toBeGreaterThan(0);
     expect(info.json().network.usage.ingressBytes).toBeGreaterThan(0);
+    const metrics = await burrow.app.inject({ method: 'GET', url: '/metrics', headers: admin });
+    const line = metrics.body
+      .split('\n')
+      .find((l) => l.includes(`sandbox="${id}"`) && l.includes('direction="egress"'));
+    expect(Number(line?.split(' ').at(-1))).toBeGreaterThan(0);
     // A bad update changes nothing.
     const bad = await put({ allowOut: ['not a cidr'] });
     expect(bad.statusCode).toBe(400);

@@ -503,6 +503,14 @@ function metricsSources(store: Store, driver: RuntimeDriver): MetricsSources {
       }
       return bytes;
     },
+    networkBytes: async () => {
+      const rows = [];
+      for (const row of await store.sandboxes.listAcrossTenants()) {
+        const usage = await driver.networkUsage?.(row.id).catch(() => null);
+        if (usage) rows.push({ sandboxId: row.id, tenant: row.tenantId, ...usage });
+      }
+      return rows;
+    },
   };
 }
 

@@ -1,7 +1,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createSocket, type Socket } from 'node:dgram';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { NetworkPolicy, Resources } from '@burrow/contract';
@@ -215,6 +215,12 @@ describe('per-sandbox network with egress policy (real runsc, real namespaces)',
     await driver.updateNetwork(id, { mode: 'none', allowOut: [], denyOut: [] });
     expect(await get(id, `http://${internet.publicAddress}:8080/`)).toMatch(/^FAIL/);
     expect(await py(id, udp('192.168.127.1', 53))).toMatch(/^FAIL/);
+    // egressMbps is a token bucket on the router's uplink.
+    await driver.updateNetwork(id, { mode: 'egress', allowOut: [], denyOut: [], egressMbps: 40 });
+    const router = (await readdir('/run/netns')).find((name) => name.includes(id) && name.endsWith('-r')) ?? '';
+    expect(execFileSync('tc', ['-n', router, 'qdisc', 'show', 'dev', 'up0']).toString()).toMatch(/tbf .*rate 40Mbit/);
+    await driver.updateNetwork(id, { mode: 'egress', allowOut: [], denyOut: [] });
+    expect(execFileSync('tc', ['-n', router, 'qdisc', 'show', 'dev', 'up0']).toString()).not.toMatch(/tbf/);
     const usage = await driver.networkUsage(id);
     expect(usage?.egressBytes).toBeGreaterThan(0);
     expect(usage?.ingressBytes).toBeGreaterThan(0);
@@ -255,6 +261,19 @@ describe('per-sandbox network with egress policy (real runsc, real namespaces)',
     const after = hostResources();
     for (const sandboxId of [id, ...children]) expect(after.netns).not.toContain(sandboxId);
     for (const link of links) expect(after.links).not.toContain(`${link}@`);
+    expect((await driver.listHostResources()).sandboxIds).not.toContain(id);
+  });
+
+  it('lists the network of a sandbox that has nothing else on the host, and delete removes it (the orphan reaper)', async () => {
+    const id = testSandboxId();
+    created.add(id);
+    await mkdir(driver.paths(id).dir, { recursive: true });
+    await driver.networks?.ensure(id, EGRESS);
+    await rm(driver.paths(id).dir, { recursive: true, force: true });
+    const found = await driver.listHostResources();
+    expect(found.kinds?.[id]).toEqual(['network']);
+    await driver.delete(id);
+    expect(await driver.networks?.remaining(id)).toEqual([]);
     expect((await driver.listHostResources()).sandboxIds).not.toContain(id);
   });
 });
