@@ -165,9 +165,6 @@ describe('kill -9 of a real server during pause, resume and fork (real runsc)', 
   const resumePoints = [
     'resume:after-resuming-row',
     'resume:before-restore',
-    // The sandbox's network (namespaces, address, policy) is made again or reused before runsc restores into it.
-    'network:before-setup',
-    'network:after-setup',
     'resume:after-restore',
     'resume:after-runtime',
   ];
