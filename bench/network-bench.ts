@@ -100,13 +100,22 @@ export async function benchNetwork(
       [plain, none],
     ] as const) {
       let sandbox: Sandbox | undefined;
-      into.create.push(await time(async () => void (sandbox = await Sandbox.create({ ...conn, ...opts }))));
+      into.create.push(
+        await time(async () => {
+          sandbox = await Sandbox.create({ ...conn, ...opts });
+        }),
+      );
       if (sandbox === undefined) throw new Error('no sandbox');
       await sandbox.pause();
       await sleep(SETTLE_MS);
-      into.resume.push(await time(() => sandbox?.resume() ?? Promise.resolve()));
+      into.resume.push(await time(() => (sandbox as Sandbox).resume()));
       let children: Sandbox[] = [];
-      into.fork.push(await time(async () => void (children = (await sandbox?.fork({ count: 1 })) ?? [])));
+      const parent = sandbox;
+      into.fork.push(
+        await time(async () => {
+          children = await parent.fork({ count: 1 });
+        }),
+      );
       for (const child of children) await child.delete();
       await sandbox.delete();
     }
