@@ -4,7 +4,7 @@
  *
  * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`,
  * `--creates N` (time-to-first-command samples per variant; default 100, 5 with --quick), `--pool N` (warm pool size
- * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence,s3` (a subset; not written to
+ * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence,s3,network` (a subset; not written to
  * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200),
  * `--results-dir DIR` (write the result JSON there instead of bench/results, and leave docs/performance.md alone:
  * the CI smoke test `tests/e2e/bench-quick.test.ts` uses it).
@@ -29,6 +29,7 @@ import { benchImageEncryption } from './encryption-bench.js';
 import { benchExec } from './exec-bench.js';
 import { benchFiles } from './files-bench.js';
 import { type HostConditions, startHostConditions } from './host-conditions.js';
+import { benchNetwork } from './network-bench.js';
 import { benchPersistence } from './persistence-bench.js';
 import { RawRunsc } from './raw-runsc.js';
 import { loadRuns, type Row, type RunResult, renderMarkdown } from './report.js';
@@ -120,6 +121,9 @@ async function main(): Promise<void> {
             `${(encryption.imageBytes.dirty / 1e6).toFixed(1)} MB).`,
         );
       }
+      if (wants('network')) {
+        rows.push(...(await benchNetwork(conn, await unnetworkedServer(work), { iterations, log })));
+      }
       if (wants('s3')) {
         const s3 = await benchS3({ iterations, quick, workDir: work, templatesDir, log });
         rows.push(...s3.rows);
@@ -131,6 +135,7 @@ async function main(): Promise<void> {
     await server.burrow.pool.drain().catch(() => undefined);
     await server.close();
     await closeEncryptedServer?.();
+    await closeUnnetworkedServer?.();
     await rm(work, { recursive: true, force: true }).catch(() => undefined);
   }
   const date = new Date().toISOString();
@@ -168,6 +173,21 @@ async function main(): Promise<void> {
 }
 
 let closeEncryptedServer: (() => Promise<void>) | undefined;
+let closeUnnetworkedServer: (() => Promise<void>) | undefined;
+
+/** A second server, on its own data dir under `work`, with networking off (the network rows' baseline). */
+async function unnetworkedServer(work: string): Promise<{ apiUrl: string; apiKey: string }> {
+  const dataDir = join(work, 'data-no-network');
+  await mkdir(dataDir);
+  const config = loadConfig(
+    { ...process.env, BURROW_NETWORK: 'off' },
+    { dataDir, templatesDir, port: 0, logLevel: 'warn', warmPool: [] },
+  );
+  const prepared = await setup(config, { onLog: () => undefined });
+  const server = await startServer(config);
+  closeUnnetworkedServer = () => server.close();
+  return { apiUrl: server.url, apiKey: (await readFile(prepared.adminKeyPath, 'utf8')).trim() };
+}
 
 /** A second server, on its own data dir under `work`, with image encryption on (key made in its data dir). */
 async function encryptedServer(work: string): Promise<{ apiUrl: string; apiKey: string }> {

@@ -25,7 +25,7 @@ PREF
 
 need=()
 [ "$(dpkg-query -W -f='${Version}' runsc 2>/dev/null || true)" = "$RUNSC_VERSION" ] || need+=("runsc=${RUNSC_VERSION}")
-for pkg in mmdebstrap e2fsprogs util-linux iproute2 postgresql-15 ca-certificates curl tmux gcc libc6-dev python3-pip openssl; do
+for pkg in mmdebstrap e2fsprogs util-linux iproute2 nftables postgresql-15 ca-certificates curl tmux gcc libc6-dev python3-pip openssl; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -167,6 +167,25 @@ export async function hostProblems(
   for (const dir of await readdir(join('/sys/fs/cgroup/pids/burrow', cgroupParent)).catch(() => [] as string[])) {
     if (dir.startsWith('sbx_') && !rows.has(dir)) problems.push(`${dir}: pids cgroup without a row`);
   }
+  // Networks (namespaces `burrow-<hash>-<id>-g|r`, the host link, the address slot) live until the sandbox is deleted.
+  const netnsPrefix = `burrow-${cgroupParent}-`;
+  for (const name of await readdir('/run/netns').catch(() => [] as string[])) {
+    const id = name.startsWith(netnsPrefix) ? name.slice(netnsPrefix.length, -2) : null;
+    if (id !== null && !rows.has(id)) problems.push(`${id}: network namespace ${name} without a row`);
+  }
+  for (const slot of await readdir('/run/burrow/net-slots').catch(() => [] as string[])) {
+    const [hash, id] = readFileSync(join('/run/burrow/net-slots', slot), 'utf8').trim().split(' ');
+    if (hash === cgroupParent && id !== undefined && !rows.has(id))
+      problems.push(`${id}: network address slot ${slot}`);
+  }
+  for (const link of readdirSync('/sys/class/net')) {
+    const alias = existsSync(`/sys/class/net/${link}/ifalias`)
+      ? readFileSync(`/sys/class/net/${link}/ifalias`, 'utf8')
+      : '';
+    const [tag, hash, id] = alias.trim().split(':');
+    if (tag === 'burrow' && hash === cgroupParent && id !== undefined && !rows.has(id))
+      problems.push(`${id}: link ${link}`);
+  }
   return problems;
 }
 
@@ -176,7 +195,7 @@ export async function hostProblems(
  */
 export async function removeDataDir(dataDir: string): Promise<void> {
   if (dataDir === '') return;
-  const driver = new GvisorDriver({ dataDir });
+  const driver = new GvisorDriver({ dataDir, network: {} });
   for (const id of (await driver.listHostResources()).sandboxIds) await driver.delete(id).catch(() => undefined);
   // Its cgroup parent burrow/<hash> too (removed when empty), so test runs leave none behind.
   await driver.close();

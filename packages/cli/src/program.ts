@@ -5,6 +5,7 @@ import { registerFilesCommands } from './commands/files-commands.js';
 import { registerHygieneCommands } from './commands/hygiene-commands.js';
 import { registerKeysCommands } from './commands/keys-commands.js';
 import { registerLifecycleCommands } from './commands/lifecycle-commands.js';
+import { registerNetworkCommands } from './commands/network-commands.js';
 import { registerPersistenceCommands } from './commands/persistence-commands.js';
 import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
@@ -40,6 +41,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerTemplateCommands(program, context);
   registerKeysCommands(program, context);
   registerLifecycleCommands(program, context);
+  registerNetworkCommands(program, context);
   registerServerCommands(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
   return program;

@@ -7,6 +7,7 @@ export * from './files.js';
 export * from './hygiene.js';
 export * from './keys.js';
 export * from './lifecycle.js';
+export * from './network.js';
 export * from './network-rules.js';
 export * from './sandbox.js';
 export * from './snapshots.js';

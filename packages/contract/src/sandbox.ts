@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { EnvSchema, InstantSchema, LabelsSchema, NameSchema, SandboxIdSchema, SandboxPathSchema } from './common.js';
 import { QuarantineSchema } from './hygiene.js';
 import { ExpirySchema, PolicyFieldsSchema } from './lifecycle.js';
+import { NetworkPolicyRequestSchema, SandboxNetworkSchema } from './network.js';
 
 /** Observed sandbox states (ARCHITECTURE §3). `error` always carries a condition with a reason and is deletable. */
 export const SandboxStateSchema = z.enum([
@@ -83,6 +84,8 @@ export const CreateSandboxRequestSchema = z
     fromSnapshot: z.string().min(1).max(64).optional(),
     /** With `fromSnapshot`: restore processes and memory (the snapshot must hold them); false boots on its files only. @default true */
     restoreMemory: z.boolean().default(true),
+    /** Network policy (see docs/network.md). @default the server's `BURROW_NETWORK_DEFAULT` mode with no rules */
+    network: NetworkPolicyRequestSchema.optional(),
   })
   .strict()
   .meta({ id: 'CreateSandboxRequest' });
@@ -126,6 +129,8 @@ export const SandboxSchema = z
     lineage: z.object({ parentId: SandboxIdSchema.nullable(), snapshotId: z.string().nullable() }),
     /** Set while the sandbox is quarantined (no exec or writes except by an admin key; policies leave it alone). */
     quarantine: QuarantineSchema.nullable().optional(),
+    /** The network policy in force (and, on a single sandbox, its byte counts). */
+    network: SandboxNetworkSchema.optional(),
     createdAt: InstantSchema,
     updatedAt: InstantSchema,
   })

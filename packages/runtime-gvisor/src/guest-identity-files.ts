@@ -2,6 +2,7 @@ import { constants as fsc } from 'node:fs';
 import { type FileHandle, lstat, open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ID_ALPHABET, ID_RANDOM_LENGTH } from '@burrow/contract';
+import { GUEST_GATEWAY } from './network/network-rules.js';
 
 /** Host names that go into /etc/hosts as they are (anything else is left out). */
 export const HOSTNAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$/;
@@ -16,8 +17,14 @@ export function etcHostsFor(hostname: string): string {
   return `127.0.0.1\tlocalhost\n${own}::1\tlocalhost ip6-localhost ip6-loopback\n`;
 }
 
-/** The /etc/resolv.conf of a sandbox: no name server (sandboxes have no network). */
+/** The /etc/resolv.conf of a sandbox without a network: no name server. */
 export const GUEST_RESOLV_CONF = '# Burrow: this sandbox has no network, so no name server.\n';
+
+/**
+ * The /etc/resolv.conf of a sandbox with a network: its gateway, where the router sends DNS on to Burrow's resolver
+ * (the same address in every sandbox, see network/network-rules.ts).
+ */
+export const GUEST_RESOLV_CONF_NETWORK = `# Burrow: DNS goes to Burrow's resolver through the sandbox's gateway.\nnameserver ${GUEST_GATEWAY}\n`;
 
 /**
  * Give a sandbox root filesystem its own identity files before it runs:
@@ -39,6 +46,8 @@ export async function ensureGuestIdentity(options: {
   rootfsDir: string;
   upperDir: string | null;
   hostname: string;
+  /** The sandbox has a network: /etc/resolv.conf names its gateway. @default false */
+  network?: boolean | undefined;
 }): Promise<void> {
   const etc = join(options.rootfsDir, 'etc');
   const st = await lstat(etc).catch(() => null);
@@ -46,11 +55,15 @@ export async function ensureGuestIdentity(options: {
   const hosts = join(etc, 'hosts');
   const foreignHosts = await writtenForAnotherSandbox(hosts, etcHostsFor);
   await writeGuestFile(hosts, etcHostsFor(options.hostname), foreignHosts ? 'replace' : 'create');
-  const files: Array<[string, (hostname: string) => string]> = [['resolv.conf', () => GUEST_RESOLV_CONF]];
+  const resolvConf = options.network === true ? GUEST_RESOLV_CONF_NETWORK : GUEST_RESOLV_CONF;
+  const files: Array<[string, (hostname: string) => string]> = [['resolv.conf', () => resolvConf]];
   if (HOSTNAME_PATTERN.test(options.hostname)) files.push(['hostname', hostnameFileFor]);
   for (const [name, render] of files) {
     const own = options.upperDir === null ? null : await lstat(join(options.upperDir, 'etc', name)).catch(() => null);
-    if (own === null || (await writtenForAnotherSandbox(join(etc, name), render))) {
+    const burrowResolvConf =
+      name === 'resolv.conf' &&
+      [GUEST_RESOLV_CONF, GUEST_RESOLV_CONF_NETWORK].includes((await readSmallFile(join(etc, name))) ?? '');
+    if (own === null || burrowResolvConf || (await writtenForAnotherSandbox(join(etc, name), render))) {
       await writeGuestFile(join(etc, name), render(options.hostname), 'replace');
     }
   }

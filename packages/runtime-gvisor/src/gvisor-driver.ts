@@ -1,12 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { NetworkPolicy, NetworkUsage } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
 import {
   type Capability,
   type CheckpointInfo,
   type CreateFromSnapshotOptions,
   type CreateOptions,
+  crashPoint,
   type DiskInspection,
   type ExecOptions,
   type ForkOptions,
@@ -21,6 +23,7 @@ import {
   type SpawnOptions,
   type SupervisedStart,
   type SupervisedStartOptions,
+  UnsupportedError,
 } from '@burrow/runtime';
 import { AgentExec } from './agent-exec.js';
 import { inspectSandboxDisk, releaseInspectMount } from './disk-inspect.js';
@@ -42,6 +45,7 @@ import {
 } from './host-plumbing.js';
 import { allocatedBytes, listHostResources, remainingResources } from './host-resources.js';
 import { ImageEncryption, type ImageKey } from './image-encryption.js';
+import { NO_NETWORK, SandboxNetworks, type SandboxNetworksOptions } from './network/sandbox-network.js';
 import { abortError, tail } from './run-command.js';
 import { type GvisorPlatform, RunscCli } from './runsc-cli.js';
 import { enforceRecordedCpuLimit, prepareBundle } from './sandbox-bundle.js';
@@ -98,6 +102,13 @@ export interface GvisorDriverOptions {
    * @default off; `plainRoot` defaults to `/dev/shm/burrow-images-<12 hex of sha256(dataDir)>`
    */
   imageEncryption?: { key: ImageKey; plainRoot?: string };
+  /**
+   * Give every sandbox a network of its own (gVisor's netstack in a namespace of its own, behind a router
+   * namespace that enforces its policy; see {@link SandboxNetworks}): `CreateOptions.network` is then its policy
+   * (absent: mode `none`, nothing passes). Without this option sandboxes run with `--network=none`.
+   * @default off
+   */
+  network?: Omit<SandboxNetworksOptions, 'instanceHash' | 'sandboxDir'>;
 }
 
 /**
@@ -110,7 +121,8 @@ export interface GvisorDriverOptions {
  */
 export class GvisorDriver implements RuntimeDriver {
   readonly name = 'gvisor';
-  readonly capabilities: ReadonlySet<Capability> = new Set<Capability>(['checkpoint', 'fork']);
+  readonly capabilities: ReadonlySet<Capability>;
+  private static readonly BASE_CAPABILITIES: ReadonlySet<Capability> = new Set<Capability>(['checkpoint', 'fork']);
   private readonly runsc: RunscCli;
   private readonly checkpointer: GvisorCheckpointer;
   private readonly dataDir: string;
@@ -126,6 +138,11 @@ export class GvisorDriver implements RuntimeDriver {
   private readonly exitReasons = new ExecExitReasons((sandboxId) => readOomKillCount(this.cgroups.memory(sandboxId)));
   /** The in-sandbox exec agents. */
   private readonly agents: AgentExec;
+  /**
+   * The sandboxes' networks (when {@link GvisorDriverOptions.network} is set): the resolver's seam
+   * ({@link SandboxNetworks.allowResolvedAddresses}, {@link SandboxNetworks.sandboxForSourceAddress}).
+   */
+  readonly networks: SandboxNetworks | undefined;
 
   constructor(options: GvisorDriverOptions) {
     this.dataDir = options.dataDir;
@@ -135,7 +152,20 @@ export class GvisorDriver implements RuntimeDriver {
       options.stateDir ?? join(options.dataDir, 'runsc'),
       this.platform,
       options.execAgent ?? true,
+      options.network !== undefined,
     );
+    this.networks =
+      options.network === undefined
+        ? undefined
+        : new SandboxNetworks({
+            ...options.network,
+            instanceHash: cgroupParentHash(options.dataDir),
+            sandboxDir: (id) => this.paths(id).dir,
+          });
+    this.capabilities =
+      this.networks === undefined
+        ? GvisorDriver.BASE_CAPABILITIES
+        : new Set<Capability>([...GvisorDriver.BASE_CAPABILITIES, 'network']);
     this.maxProcesses = options.maxProcesses ?? 1024;
     this.logger = options.logger;
     this.cgroups = new SandboxCgroups({
@@ -285,7 +315,12 @@ export class GvisorDriver implements RuntimeDriver {
       checkAbort();
       if (existing) await this.runsc.run(['delete', '-force', sandboxId]);
       await this.prepareBundle(options, made);
-      await ensureGuestIdentity({ rootfsDir: paths.rootfs, upperDir: paths.upperDir, hostname: options.hostname });
+      await ensureGuestIdentity({
+        rootfsDir: paths.rootfs,
+        upperDir: paths.upperDir,
+        hostname: options.hostname,
+        network: this.networks !== undefined,
+      });
       checkAbort();
       made.push(async () => {
         await this.runsc.run(['delete', '-force', sandboxId]);
@@ -425,18 +460,34 @@ export class GvisorDriver implements RuntimeDriver {
     await unmountAll(paths.dir);
     await detachLoopDevices(paths.dir);
     await removeCgroupDirs(await this.cgroups.dirsOf(sandboxId));
+    await this.networks?.teardown(sandboxId);
     await rm(paths.dir, { recursive: true, force: true });
     this.oomKillsSeen.delete(sandboxId);
     this.exitReported.delete(sandboxId);
     const remaining = await remainingResources(this.resourceSources(), sandboxId);
+    if (this.networks !== undefined) remaining.push(...(await this.networks.remaining(sandboxId)));
     if (remaining.length > 0) {
       throw new RuntimeError(`sandbox ${sandboxId} was not fully removed`, remaining.join('\n'));
     }
     this.logger?.info({ sandboxId }, 'sandbox deleted');
   }
 
-  listHostResources(): Promise<HostResources> {
-    return listHostResources(this.resourceSources());
+  async listHostResources(): Promise<HostResources> {
+    const found = await listHostResources(this.resourceSources());
+    if (this.networks === undefined) return found;
+    const kinds = found.kinds ?? {};
+    for (const id of await this.networks.sandboxIds()) kinds[id] = [...(kinds[id] ?? []), 'network' as const].sort();
+    const sandboxIds = Object.keys(kinds).sort();
+    return { sandboxIds, kinds };
+  }
+
+  async updateNetwork(sandboxId: string, policy: NetworkPolicy): Promise<void> {
+    if (this.networks === undefined) throw new UnsupportedError('network');
+    await this.networks.update(sandboxId, policy);
+  }
+
+  async networkUsage(sandboxId: string): Promise<NetworkUsage | null> {
+    return this.networks === undefined ? null : this.networks.usage(sandboxId);
   }
 
   /** Where this instance's sandboxes leave things on the host. */
@@ -449,7 +500,12 @@ export class GvisorDriver implements RuntimeDriver {
     const outputFile = join(logsDir, 'init.log');
     const debugLog = join(logsDir, 'runsc-%COMMAND%.log');
     // runsc create hands its stdio to the sandbox: a file, never a pipe this process would wait on.
-    const result = await this.runsc.run(args, { debugLog, signal, outputFile });
+    // With a network, runsc sets it up at create, start and restore, from inside the sandbox's namespace.
+    const netns =
+      this.networks !== undefined && ['create', 'start', 'restore'].includes(args[0] ?? '')
+        ? this.networks.guestNetnsPath(sandboxId)
+        : undefined;
+    const result = await this.runsc.run(args, { debugLog, signal, outputFile, netns });
     if (result.exitCode !== 0) {
       const output = await readFile(outputFile, 'utf8').catch(() => '');
       throw new RuntimeError(
@@ -493,18 +549,29 @@ export class GvisorDriver implements RuntimeDriver {
    * Mount the sandbox's disk (making it if absent) and overlay, and write its OCI bundle ({@link prepareBundle});
    * each step done is pushed onto `made` as its undo.
    */
-  prepareBundle(options: CreateOptions, made: Array<() => Promise<void>>): Promise<void> {
-    return prepareBundle(
+  async prepareBundle(options: CreateOptions, made: Array<() => Promise<void>>): Promise<void> {
+    const networks = this.networks;
+    await prepareBundle(
       {
         paths: (id) => this.paths(id),
         cgroups: this.cgroups,
         agents: this.agents,
         platform: this.platform,
         maxProcesses: this.maxProcesses,
+        netnsPath: networks === undefined ? undefined : (id) => networks.guestNetnsPath(id),
       },
       options,
       made,
     );
+    if (networks === undefined) return;
+    // Before every create and restore: the namespaces (made when missing), the guest's address, the policy.
+    crashPoint('network:before-setup');
+    const newNetwork = await networks.ensure(options.sandboxId, options.network ?? NO_NETWORK).catch(async (error) => {
+      await networks.teardown(options.sandboxId).catch(() => undefined);
+      throw error;
+    });
+    if (newNetwork) made.push(() => networks.teardown(options.sandboxId));
+    crashPoint('network:after-setup');
   }
 
   /** Host paths of the sandbox's files. @throws RuntimeError for a malformed id */

@@ -95,6 +95,7 @@ export class GvisorForker {
             hostname: child.hostname,
             template: options.template,
             resources: options.resources,
+            network: options.network,
             memory: true,
           };
           await this.steps.restorer.createFrom(source, childOptions, {

@@ -8,6 +8,19 @@ export {
   imageKey,
   loadImageKey,
 } from './image-encryption.js';
+export {
+  ALWAYS_DENIED_CIDRS,
+  GUEST_ADDRESS,
+  GUEST_GATEWAY,
+  type ResolverEndpoint,
+} from './network/network-rules.js';
+export {
+  DEFAULT_POOL_CIDR,
+  DEFAULT_RESOLVER_PORT,
+  type SandboxNetworkIdentity,
+  SandboxNetworks,
+  type SandboxNetworksOptions,
+} from './network/sandbox-network.js';
 export type { GvisorPlatform } from './runsc-cli.js';
 export {
   BASE_PACKAGES,

@@ -72,6 +72,8 @@ export interface OciSpecInput {
    * while open, and the host never sees them. @default none
    */
   tmpfs?: Array<{ destination: string; sizeMiB: number }>;
+  /** The network namespace (path) runsc's own network stack takes its links from. @default a new, empty one */
+  networkNamespacePath?: string | undefined;
   /** OCI `annotations`: Burrow's own facts about the container (runsc ignores keys it does not know). */
   annotations?: Record<string, string>;
 }
@@ -115,7 +117,15 @@ export function buildOciSpec(input: OciSpecInput): Record<string, unknown> {
       })),
     ],
     linux: {
-      namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }],
+      namespaces: [
+        { type: 'pid' },
+        input.networkNamespacePath === undefined
+          ? { type: 'network' }
+          : { type: 'network', path: input.networkNamespacePath },
+        { type: 'ipc' },
+        { type: 'uts' },
+        { type: 'mount' },
+      ],
     },
   };
   if (input.limits) {

@@ -16,6 +16,17 @@ function stateFileFields(file: unknown): { status: string; pid: number } | null 
   return { status, pid };
 }
 
+/**
+ * The command that runs `file argv` in the network namespace `netns` with `/proc/sys/net/core` masked by a tmpfs in
+ * a mount namespace of its own: runsc refuses to start a network where `/proc/sys/net/core/rmem_default` exists,
+ * its sign of the host's root namespace, and on this kernel it exists in every namespace (research
+ * probe-gvisor-2024 §4).
+ */
+function inNetns(netns: string, file: string, argv: readonly string[]): [string, string[]] {
+  const script = 'mount -t tmpfs none /proc/sys/net/core && exec "$0" "$@"';
+  return ['nsenter', [`--net=${netns}`, 'unshare', '-m', '/bin/sh', '-c', script, file, ...argv]];
+}
+
 /** gVisor platform: `systrap` (fast syscalls) or `ptrace` (cheaper process creation). */
 export type GvisorPlatform = 'systrap' | 'ptrace';
 
@@ -36,6 +47,11 @@ export class RunscCli {
     readonly platform: GvisorPlatform,
     /** Let the sandbox connect to host Unix sockets (`--host-uds=open`), only for the exec agent. @default false */
     readonly hostUds = false,
+    /**
+     * Give sandboxes gVisor's own network stack (`--network=sandbox`) in the network namespace their spec names;
+     * otherwise they have none (`--network=none`). @default false
+     */
+    readonly network = false,
   ) {}
 
   /** Global flags: host-overlay persistence and shared file access so host writes are seen at once. */
@@ -44,7 +60,7 @@ export class RunscCli {
       '--root',
       this.stateDir,
       `--platform=${this.platform}`,
-      '--network=none',
+      ...(this.network ? ['--network=sandbox', '--net-disconnect-ok'] : ['--network=none']),
       '--overlay2=none',
       '--file-access=shared',
       // The exec agent inside connects to its host socket (docs/adr/0003); it opens no other host socket.
@@ -56,10 +72,20 @@ export class RunscCli {
   /** Run one runsc subcommand to completion. */
   run(
     args: readonly string[],
-    options: { debugLog?: string; signal?: AbortSignal | undefined; timeoutMs?: number; outputFile?: string } = {},
+    options: {
+      debugLog?: string;
+      signal?: AbortSignal | undefined;
+      timeoutMs?: number;
+      outputFile?: string;
+      /** Run inside this network namespace (path): runsc create, start and restore with a network must. */
+      netns?: string | undefined;
+    } = {},
   ): Promise<CommandResult> {
     const extra = options.debugLog === undefined ? [] : [`--debug-log=${options.debugLog}`];
-    return runCommand(this.runscPath, [...this.globalFlags(extra), ...args], {
+    const argv = [...this.globalFlags(extra), ...args];
+    const [file, fileArgs] =
+      options.netns === undefined ? [this.runscPath, argv] : inNetns(options.netns, this.runscPath, argv);
+    return runCommand(file, fileArgs, {
       signal: options.signal,
       timeoutMs: options.timeoutMs ?? 60_000,
       outputFile: options.outputFile,

@@ -53,6 +53,8 @@ export interface BundleDeps {
   platform: GvisorPlatform;
   /** `GvisorDriverOptions.maxProcesses`. */
   maxProcesses: number;
+  /** The network namespace a sandbox with a network runs in (absent: runsc's `--network=none`). */
+  netnsPath?: ((sandboxId: string) => string) | undefined;
 }
 
 /** Host pids limit: systrap needs about 2 host tasks per guest process, ptrace about 9; doubled for headroom under a fork bomb. */
@@ -144,6 +146,7 @@ export async function prepareBundle(
       processLimit: processLimit(deps.maxProcesses, options.resources.memoryMiB),
       pidsLimit: pidsLimit(deps.platform, processLimit(deps.maxProcesses, options.resources.memoryMiB)),
     },
+    ...(deps.netnsPath === undefined ? {} : { networkNamespacePath: deps.netnsPath(sandboxId) }),
     // The limit afterStart sets, for settle to set again after a crash between runsc's start and afterStart.
     annotations: { [CPU_COUNT_ANNOTATION]: String(options.resources.cpuCount) },
   });

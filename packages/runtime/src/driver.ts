@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import type { ErrorCode, ExitReason, Resources } from '@burrow/contract';
+import type { ErrorCode, ExitReason, NetworkPolicy, NetworkUsage, Resources } from '@burrow/contract';
 
 /** Optional features a driver may have. Calling an unsupported one throws {@link UnsupportedError}. */
 export type Capability = 'checkpoint' | 'fork' | 'pty' | 'network';
@@ -20,6 +20,11 @@ export interface CreateOptions {
   resources: Resources;
   /** Hostname seen inside the sandbox. */
   hostname: string;
+  /**
+   * The sandbox's network policy, for a driver with the `network` capability (others ignore it). A resume, a
+   * restore and a fork child pass the policy in force. @default `{ mode: 'none' }`
+   */
+  network?: NetworkPolicy | undefined;
   signal?: AbortSignal;
 }
 
@@ -82,7 +87,7 @@ export interface RuntimeEvent {
 }
 
 /** Kinds of host resource a sandbox can hold, for leak counts. */
-export type HostResourceKind = 'container' | 'mount' | 'loop_device' | 'cgroup' | 'directory';
+export type HostResourceKind = 'container' | 'mount' | 'loop_device' | 'cgroup' | 'directory' | 'network';
 
 /** Host resources found by {@link RuntimeDriver.listHostResources}, keyed by sandbox id. */
 export interface HostResources {
@@ -177,12 +182,20 @@ export interface RuntimeDriver extends PersistenceVerbs {
   /**
    * Start a background command under an in-sandbox supervisor that keeps its state and output in `options.dir`
    * (layout: docs/exec-protocol.md §3) and outlives pause, resume and fork. Resolves with the command's pid once it
-   * runs, before the supervisor wrote `state.json` (the caller writes it from the answer) (a program that cannot run resolves too: its exit file says 127 or 126), or null when the driver has no
-   * such fast path for this sandbox (then the caller starts its own supervisor with {@link PersistenceVerbs.spawn}).
+   * runs, before the supervisor wrote `state.json` (the caller writes it from the answer; a program that cannot run
+   * resolves too: its exit file says 127 or 126), or null when the driver has no such fast path for this sandbox (then the caller starts its own supervisor with {@link PersistenceVerbs.spawn}).
    * Optional.
    * @throws RuntimeError when the sandbox does not run or the supervisor could not start
    */
   startSupervised?(sandboxId: string, options: SupervisedStartOptions): Promise<SupervisedStart | null>;
+  /**
+   * Replace the network policy of a sandbox that has host network plumbing (running, paused or stopped), whole or
+   * not at all; new connections follow it within a second. Optional (capability `network`).
+   * @throws RuntimeError when the sandbox has no network on this host, or the rules cannot be applied
+   */
+  updateNetwork?(sandboxId: string, policy: NetworkPolicy): Promise<void>;
+  /** Bytes the sandbox sent and received over its network, or null when it has none here. Optional. */
+  networkUsage?(sandboxId: string): Promise<NetworkUsage | null>;
 
   /**
    * Release what the driver holds in this process (listeners, connections to in-sandbox agents) at server
@@ -214,6 +227,8 @@ export interface ForkOptions {
   /** The parent's template (the children share its read-only lower layer). */
   template: TemplateRef;
   resources: Resources;
+  /** The parent's network policy, which every child inherits (see {@link CreateOptions.network}). */
+  network?: NetworkPolicy | undefined;
   children: ForkChild[];
   signal?: AbortSignal;
 }

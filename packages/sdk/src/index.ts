@@ -10,11 +10,14 @@ export type {
   ExitReason,
   Expiry,
   FileInfo,
+  NetworkPolicyRequest,
+  NetworkUsage,
   Quota,
   QuotaLimits,
   ResetSandboxRequest,
   Sandbox as SandboxInfo,
   SandboxInspection,
+  SandboxNetwork,
   SandboxState,
   Snapshot,
   Template,
@@ -105,5 +108,6 @@ export {
   verifyWebhookSignature,
   Webhooks,
 } from './lifecycle.js';
+export { Network } from './network.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';

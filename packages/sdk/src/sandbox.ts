@@ -16,6 +16,7 @@ import {
 } from './contract-wire.js';
 import { Files } from './files.js';
 import { HttpClient } from './http-client.js';
+import { Network } from './network.js';
 import { Snapshots } from './snapshots.js';
 
 /** Options of {@link Sandbox.create}: the create request plus how to connect. */
@@ -70,6 +71,8 @@ export class Sandbox {
   readonly pty: Pty;
   /** Named and unnamed snapshots of the sandbox. */
   readonly snapshots: Snapshots;
+  /** The sandbox's network policy (`sandbox.network.update({ allowOut, denyOut })`). */
+  readonly network: Network;
   readonly #http: HttpClient;
   #info: SandboxInfo;
 
@@ -81,6 +84,9 @@ export class Sandbox {
     this.files = new Files(http, info.id);
     this.pty = new Pty(http, info.id, this.commands);
     this.snapshots = new Snapshots(http, info.id);
+    this.network = new Network(http, info.id, (updated) => {
+      this.#info = updated;
+    });
   }
 
   /**

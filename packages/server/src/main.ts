@@ -2,7 +2,7 @@ import { chmod, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
 import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
-import { GvisorDriver, type GvisorPlatform, loadImageKey } from '@burrow/runtime-gvisor';
+import { GvisorDriver, type GvisorPlatform, loadImageKey, type SandboxNetworks } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
 import { lockDataDir, prepareDataDir } from './data-dir.js';
 import { DEFAULT_HEAP_HEADROOM_MIB, installHeapHeadroom } from './heap-headroom.js';
@@ -14,6 +14,7 @@ import { ActorContext } from './lifecycle/actor-context.js';
 import { hasRunningCommand } from './lifecycle/command-activity-probe.js';
 import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
+import { type NetworkConfig, networkConfigFrom } from './network-config.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
 import { CommandService } from './services/command-service.js';
@@ -25,6 +26,7 @@ import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
 import { HygieneService } from './services/hygiene-service.js';
 import { KeyService } from './services/key-service.js';
 import { Metrics, type MetricsSources } from './services/metrics.js';
+import { NetworkService } from './services/network-service.js';
 import { PolicyService } from './services/policy-service.js';
 import { QuotaService } from './services/quota-service.js';
 import { openS3SnapshotStore, parseS3Url, type SnapshotStoreConfig } from './services/s3-config.js';
@@ -116,6 +118,12 @@ export interface Config {
    *   snapshot answer only once it is in S3 (default `local`: it answers once on local disk and uploads behind)
    */
   snapshotStore?: SnapshotStoreConfig | null;
+  /**
+   * Per-sandbox networks and their defaults (docs/network.md); null: sandboxes have no network. @default on, mode
+   * `egress` (BURROW_NETWORK=off, BURROW_NETWORK_DEFAULT, BURROW_NETWORK_NEVER, BURROW_NETWORK_EGRESS_MBPS,
+   * BURROW_NETWORK_RESOLVER: see {@link NetworkConfig})
+   */
+  network?: NetworkConfig | null;
   /**
    * TEST HOOK for the kill -9 suite: the named crash point (see `crashPoint` in @burrow/runtime) armed by
    * {@link startServer} after its first reconcile pass; the server SIGKILLs itself when it gets there.
@@ -209,6 +217,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     imageEncryption: overrides.imageEncryption ?? imageEncryptionFrom(env, dataDir),
     snapshotStore: overrides.snapshotStore ?? snapshotStoreFrom(env),
     testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
+    network: overrides.network !== undefined ? overrides.network : networkConfigFrom(env),
   };
 }
 
@@ -277,6 +286,11 @@ export interface Burrow {
   webhooks: WebhookDispatcher;
   /** The warm pool (not running until {@link startServer} or `pool.start()`). */
   pool: WarmPool;
+  /**
+   * The sandboxes' networks on this host (absent with networking off or another driver): the DNS resolver's seam,
+   * `networks.resolver` (where it listens), `sandboxForSourceAddress` and `allowResolvedAddresses`.
+   */
+  networks?: SandboxNetworks | undefined;
   logger: Logger;
   /** Stop the reconciler, close the app and the database. */
   close(): Promise<void>;
@@ -293,20 +307,36 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   const logger = deps.logger ?? pino({ level: config.logLevel }, pino.destination(2));
   const clock = deps.clock ?? systemClock;
   const fsHolders = new FsHolders();
-  const driver = releasingDriver(
+  const runtime =
     deps.driver ??
-      new GvisorDriver({
-        dataDir: config.dataDir,
-        runscPath: config.runscPath,
-        platform: config.platform,
-        execAgent: config.execAgent,
-        logger: logger.child({ component: 'driver' }),
-        ...(config.imageEncryption === null
-          ? {}
-          : { imageEncryption: { key: await loadImageKey(config.imageEncryption) } }),
-      }),
-    fsHolders,
-  );
+    new GvisorDriver({
+      dataDir: config.dataDir,
+      runscPath: config.runscPath,
+      platform: config.platform,
+      execAgent: config.execAgent,
+      logger: logger.child({ component: 'driver' }),
+      ...(config.imageEncryption === null
+        ? {}
+        : { imageEncryption: { key: await loadImageKey(config.imageEncryption) } }),
+      ...(config.network == null
+        ? {}
+        : {
+            network: {
+              never: config.network.never,
+              ...(config.network.egressMbps === null ? {} : { defaultEgressMbps: config.network.egressMbps }),
+              ...(config.network.resolver === null ? {} : { resolver: config.network.resolver }),
+            },
+          }),
+    });
+  // The sandboxes' networks: the host gateway address and rules exist before a resolver binds or a sandbox starts.
+  const networks = runtime instanceof GvisorDriver ? runtime.networks : undefined;
+  await networks?.prepareHost().catch((error: unknown) => {
+    throw new Error(
+      `preparing sandbox networking failed (${(error as Error).message}); install nftables or set BURROW_NETWORK=off`,
+      { cause: error },
+    );
+  });
+  const driver = releasingDriver(runtime, fsHolders);
   const builder =
     deps.templateBuilder ??
     new GvisorTemplateBuilder({ templatesDir: config.templatesDir, runscPath: config.runscPath });
@@ -370,6 +400,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
   );
   const sandboxes: SandboxService = new SandboxService({
     pool,
+    network: { defaultMode: config.network?.defaultMode ?? 'none' },
     sandboxes: store.sandboxes,
     templates,
     driver,
@@ -420,6 +451,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       clock,
     }),
     quotas: new QuotaService({ quotas: store.sandboxes.quotas, clock }),
+    network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
     activity,
     driverName: driver.name,
   };
@@ -469,6 +501,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     policies,
     webhooks,
     pool,
+    networks,
     logger,
     close: async () => {
       await pool.stop();
@@ -507,6 +540,14 @@ function metricsSources(store: Store, driver: RuntimeDriver): MetricsSources {
         add(snapshot.tenantId, snapshot.imageSizeBytes + snapshot.diskSizeBytes);
       }
       return bytes;
+    },
+    networkBytes: async () => {
+      const rows = [];
+      for (const row of await store.sandboxes.listAcrossTenants()) {
+        const usage = await driver.networkUsage?.(row.id).catch(() => null);
+        if (usage) rows.push({ sandboxId: row.id, tenant: row.tenantId, ...usage });
+      }
+      return rows;
     },
   };
 }

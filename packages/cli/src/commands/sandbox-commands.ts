@@ -3,8 +3,9 @@ import type { Command } from 'commander';
 import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { UsageError } from '../exit-codes.js';
 import { collect, keyValueRecord, parsePositiveInt, parsePositiveNumber } from '../key-value-parse.js';
+import { describeNetwork, type NetworkFlags, networkOptions, networkRequest } from './network-commands.js';
 
-interface CreateOptions extends GlobalOptions {
+interface CreateOptions extends GlobalOptions, NetworkFlags {
   template?: string;
   cpu?: string;
   memory?: string;
@@ -40,7 +41,7 @@ const STATES: readonly SandboxState[] = [
 export function registerSandboxCommands(program: Command, context: CliContext): void {
   const sandbox = program.command('sandbox').description('create, list, inspect and remove sandboxes');
 
-  sandbox
+  const create = sandbox
     .command('create')
     .description('create a sandbox and wait until it runs; prints its id')
     .option('--template <name>', 'template to start from (default: base)')
@@ -57,7 +58,8 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--keep-snapshots <n>', 'keep only the newest N snapshots of this sandbox (default: all)')
     .option('--from-snapshot <name>', 'start from this snapshot (name or id), processes and memory included')
     .option('--fs-only', 'with --from-snapshot: boot on its files only, without its processes and memory')
-    .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it')
+    .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it');
+  networkOptions(create)
     .option('--json', 'print the sandbox as JSON')
     .action(async (_options: CreateOptions, command: Command) => {
       const { Sandbox } = await loadSdk();
@@ -82,6 +84,8 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
         request.restoreMemory = options.fsOnly !== true;
       }
       if (options.autoResume === false) request.autoResume = false;
+      const network = networkRequest(options);
+      if (network !== undefined) request.network = network;
       const created = await Sandbox.create({ ...request, ...connectionFor(context, options) });
       if (options.json === true) printJson(context, created.info);
       else context.stdout.write(`${created.id}\n`);
@@ -246,6 +250,7 @@ function describeSandbox(info: SandboxInfo): string {
     ['desired', info.desiredState],
     ['keeps', info.keeps.memory ? 'files, processes and memory' : 'files only'],
     ['auto-resume', info.autoResume ? 'yes' : 'no'],
+    ['network', describeNetwork(info)],
   ];
   if (info.lineage.parentId !== null) rows.push(['forked from', info.lineage.parentId]);
   if (info.lineage.snapshotId !== null) rows.push(['from snapshot', info.lineage.snapshotId]);

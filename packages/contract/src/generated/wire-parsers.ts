@@ -1163,6 +1163,7 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
   const c8 = new Set(["pause", "stop", "delete"]);
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
+  const c11 = new Set(["egress", "none"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -1389,46 +1390,113 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
       if ("quarantine" in v3) return INVALID;
       v75 = undefined;
     }
-    const v82 = v3["createdAt"];
-    if (typeof v82 !== "string") return INVALID;
+    const v82 = v3["network"];
+    let v83 = (() => {
+      let v84;
+      if (v82 !== undefined) {
+        if (typeof v82 !== "object" || v82 === null || Array.isArray(v82)) return INVALID;
+        const v85 = v82["mode"];
+        if (!c11.has(v85)) return INVALID;
+        const v86 = v82["allowOut"];
+        if (!Array.isArray(v86)) return INVALID;
+        const v87 = new Array(v86.length);
+        for (let v88 = 0; v88 < v86.length; v88++) {
+          const v89 = v86[v88];
+          if (typeof v89 !== "string") return INVALID;
+          v87[v88] = v89;
+        }
+        const v90 = v82["denyOut"];
+        if (!Array.isArray(v90)) return INVALID;
+        const v91 = new Array(v90.length);
+        for (let v92 = 0; v92 < v90.length; v92++) {
+          const v93 = v90[v92];
+          if (typeof v93 !== "string") return INVALID;
+          v91[v92] = v93;
+        }
+        const v94 = v82["egressMbps"];
+        let v95 = null;
+        if (v94 !== null) {
+          if (typeof v94 !== "number" || !Number.isFinite(v94)) return INVALID;
+          if (!Number.isSafeInteger(v94)) return INVALID;
+          v95 = v94;
+        }
+        const v96 = v82["usage"];
+        let v97 = (() => {
+          let v98;
+          if (v96 !== undefined) {
+            if (typeof v96 !== "object" || v96 === null || Array.isArray(v96)) return INVALID;
+            const v99 = v96["egressBytes"];
+            if (typeof v99 !== "number" || !Number.isFinite(v99)) return INVALID;
+            if (!Number.isSafeInteger(v99)) return INVALID;
+            if (v99 < 0) return INVALID;
+            const v100 = v96["ingressBytes"];
+            if (typeof v100 !== "number" || !Number.isFinite(v100)) return INVALID;
+            if (!Number.isSafeInteger(v100)) return INVALID;
+            if (v100 < 0) return INVALID;
+            const v101 = { "egressBytes": v99, "ingressBytes": v100 };
+            v98 = v101;
+          }
+          return v98;
+        })();
+        if (v97 === INVALID) {
+          if ("usage" in v82) return INVALID;
+          v97 = undefined;
+        }
+        const v102 = {};
+        v102["mode"] = v85;
+        v102["allowOut"] = v87;
+        v102["denyOut"] = v91;
+        v102["egressMbps"] = v95;
+        if ("usage" in v82) v102["usage"] = v97;
+        v84 = v102;
+      }
+      return v84;
+    })();
+    if (v83 === INVALID) {
+      if ("network" in v3) return INVALID;
+      v83 = undefined;
+    }
+    const v103 = v3["createdAt"];
+    if (typeof v103 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v82)) return INVALID;
-    const v83 = v3["updatedAt"];
-    if (typeof v83 !== "string") return INVALID;
+    if (!c4.test(v103)) return INVALID;
+    const v104 = v3["updatedAt"];
+    if (typeof v104 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v83)) return INVALID;
-    const v84 = {};
-    v84["id"] = v4;
-    v84["template"] = v5;
-    v84["templateId"] = v6;
-    v84["state"] = v7;
-    v84["conditions"] = v9;
-    v84["env"] = v19;
-    v84["cwd"] = v25;
-    v84["hostname"] = v26;
-    v84["resources"] = v31;
-    v84["labels"] = v33;
-    v84["timeoutMs"] = v40;
-    v84["timeoutAction"] = v41;
-    v84["idleTimeoutMs"] = v43;
-    v84["maxAgeMs"] = v45;
-    v84["pausedRetentionMs"] = v47;
-    v84["snapshotKeepLast"] = v49;
-    v84["expiresAt"] = v51;
-    v84["expiry"] = v53;
-    v84["idleDeadlineAt"] = v59;
-    v84["timeoutAt"] = v61;
-    v84["desiredState"] = v62;
-    v84["autoResume"] = v63;
-    v84["keeps"] = v67;
-    v84["lineage"] = v73;
-    if ("quarantine" in v3) v84["quarantine"] = v75;
-    v84["createdAt"] = v82;
-    v84["updatedAt"] = v83;
-    v1[v2] = v84;
+    if (!c4.test(v104)) return INVALID;
+    const v105 = {};
+    v105["id"] = v4;
+    v105["template"] = v5;
+    v105["templateId"] = v6;
+    v105["state"] = v7;
+    v105["conditions"] = v9;
+    v105["env"] = v19;
+    v105["cwd"] = v25;
+    v105["hostname"] = v26;
+    v105["resources"] = v31;
+    v105["labels"] = v33;
+    v105["timeoutMs"] = v40;
+    v105["timeoutAction"] = v41;
+    v105["idleTimeoutMs"] = v43;
+    v105["maxAgeMs"] = v45;
+    v105["pausedRetentionMs"] = v47;
+    v105["snapshotKeepLast"] = v49;
+    v105["expiresAt"] = v51;
+    v105["expiry"] = v53;
+    v105["idleDeadlineAt"] = v59;
+    v105["timeoutAt"] = v61;
+    v105["desiredState"] = v62;
+    v105["autoResume"] = v63;
+    v105["keeps"] = v67;
+    v105["lineage"] = v73;
+    if ("quarantine" in v3) v105["quarantine"] = v75;
+    if ("network" in v3) v105["network"] = v83;
+    v105["createdAt"] = v103;
+    v105["updatedAt"] = v104;
+    v1[v2] = v105;
   }
-  const v85 = { "items": v1 };
-  return v85;
+  const v106 = { "items": v1 };
+  return v106;
   };
   }),
 };
@@ -1620,6 +1688,7 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
   const c8 = new Set(["pause", "stop", "delete"]);
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
+  const c11 = new Set(["egress", "none"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -1846,52 +1915,119 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
       if ("quarantine" in v3) return INVALID;
       v75 = undefined;
     }
-    const v82 = v3["createdAt"];
-    if (typeof v82 !== "string") return INVALID;
+    const v82 = v3["network"];
+    let v83 = (() => {
+      let v84;
+      if (v82 !== undefined) {
+        if (typeof v82 !== "object" || v82 === null || Array.isArray(v82)) return INVALID;
+        const v85 = v82["mode"];
+        if (!c11.has(v85)) return INVALID;
+        const v86 = v82["allowOut"];
+        if (!Array.isArray(v86)) return INVALID;
+        const v87 = new Array(v86.length);
+        for (let v88 = 0; v88 < v86.length; v88++) {
+          const v89 = v86[v88];
+          if (typeof v89 !== "string") return INVALID;
+          v87[v88] = v89;
+        }
+        const v90 = v82["denyOut"];
+        if (!Array.isArray(v90)) return INVALID;
+        const v91 = new Array(v90.length);
+        for (let v92 = 0; v92 < v90.length; v92++) {
+          const v93 = v90[v92];
+          if (typeof v93 !== "string") return INVALID;
+          v91[v92] = v93;
+        }
+        const v94 = v82["egressMbps"];
+        let v95 = null;
+        if (v94 !== null) {
+          if (typeof v94 !== "number" || !Number.isFinite(v94)) return INVALID;
+          if (!Number.isSafeInteger(v94)) return INVALID;
+          v95 = v94;
+        }
+        const v96 = v82["usage"];
+        let v97 = (() => {
+          let v98;
+          if (v96 !== undefined) {
+            if (typeof v96 !== "object" || v96 === null || Array.isArray(v96)) return INVALID;
+            const v99 = v96["egressBytes"];
+            if (typeof v99 !== "number" || !Number.isFinite(v99)) return INVALID;
+            if (!Number.isSafeInteger(v99)) return INVALID;
+            if (v99 < 0) return INVALID;
+            const v100 = v96["ingressBytes"];
+            if (typeof v100 !== "number" || !Number.isFinite(v100)) return INVALID;
+            if (!Number.isSafeInteger(v100)) return INVALID;
+            if (v100 < 0) return INVALID;
+            const v101 = { "egressBytes": v99, "ingressBytes": v100 };
+            v98 = v101;
+          }
+          return v98;
+        })();
+        if (v97 === INVALID) {
+          if ("usage" in v82) return INVALID;
+          v97 = undefined;
+        }
+        const v102 = {};
+        v102["mode"] = v85;
+        v102["allowOut"] = v87;
+        v102["denyOut"] = v91;
+        v102["egressMbps"] = v95;
+        if ("usage" in v82) v102["usage"] = v97;
+        v84 = v102;
+      }
+      return v84;
+    })();
+    if (v83 === INVALID) {
+      if ("network" in v3) return INVALID;
+      v83 = undefined;
+    }
+    const v103 = v3["createdAt"];
+    if (typeof v103 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v82)) return INVALID;
-    const v83 = v3["updatedAt"];
-    if (typeof v83 !== "string") return INVALID;
+    if (!c4.test(v103)) return INVALID;
+    const v104 = v3["updatedAt"];
+    if (typeof v104 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v83)) return INVALID;
-    const v84 = {};
-    v84["id"] = v4;
-    v84["template"] = v5;
-    v84["templateId"] = v6;
-    v84["state"] = v7;
-    v84["conditions"] = v9;
-    v84["env"] = v19;
-    v84["cwd"] = v25;
-    v84["hostname"] = v26;
-    v84["resources"] = v31;
-    v84["labels"] = v33;
-    v84["timeoutMs"] = v40;
-    v84["timeoutAction"] = v41;
-    v84["idleTimeoutMs"] = v43;
-    v84["maxAgeMs"] = v45;
-    v84["pausedRetentionMs"] = v47;
-    v84["snapshotKeepLast"] = v49;
-    v84["expiresAt"] = v51;
-    v84["expiry"] = v53;
-    v84["idleDeadlineAt"] = v59;
-    v84["timeoutAt"] = v61;
-    v84["desiredState"] = v62;
-    v84["autoResume"] = v63;
-    v84["keeps"] = v67;
-    v84["lineage"] = v73;
-    if ("quarantine" in v3) v84["quarantine"] = v75;
-    v84["createdAt"] = v82;
-    v84["updatedAt"] = v83;
-    v1[v2] = v84;
+    if (!c4.test(v104)) return INVALID;
+    const v105 = {};
+    v105["id"] = v4;
+    v105["template"] = v5;
+    v105["templateId"] = v6;
+    v105["state"] = v7;
+    v105["conditions"] = v9;
+    v105["env"] = v19;
+    v105["cwd"] = v25;
+    v105["hostname"] = v26;
+    v105["resources"] = v31;
+    v105["labels"] = v33;
+    v105["timeoutMs"] = v40;
+    v105["timeoutAction"] = v41;
+    v105["idleTimeoutMs"] = v43;
+    v105["maxAgeMs"] = v45;
+    v105["pausedRetentionMs"] = v47;
+    v105["snapshotKeepLast"] = v49;
+    v105["expiresAt"] = v51;
+    v105["expiry"] = v53;
+    v105["idleDeadlineAt"] = v59;
+    v105["timeoutAt"] = v61;
+    v105["desiredState"] = v62;
+    v105["autoResume"] = v63;
+    v105["keeps"] = v67;
+    v105["lineage"] = v73;
+    if ("quarantine" in v3) v105["quarantine"] = v75;
+    if ("network" in v3) v105["network"] = v83;
+    v105["createdAt"] = v103;
+    v105["updatedAt"] = v104;
+    v1[v2] = v105;
   }
-  const v85 = input["nextCursor"];
-  let v86 = null;
-  if (v85 !== null) {
-    if (typeof v85 !== "string") return INVALID;
-    v86 = v85;
+  const v106 = input["nextCursor"];
+  let v107 = null;
+  if (v106 !== null) {
+    if (typeof v106 !== "string") return INVALID;
+    v107 = v106;
   }
-  const v87 = { "items": v1, "nextCursor": v86 };
-  return v87;
+  const v108 = { "items": v1, "nextCursor": v107 };
+  return v108;
   };
   }),
 };
@@ -1911,6 +2047,7 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
   const c8 = new Set(["pause", "stop", "delete"]);
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
+  const c11 = new Set(["egress", "none"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["id"];
@@ -2131,43 +2268,110 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
     if ("quarantine" in input) return INVALID;
     v71 = undefined;
   }
-  const v78 = input["createdAt"];
-  if (typeof v78 !== "string") return INVALID;
+  const v78 = input["network"];
+  let v79 = (() => {
+    let v80;
+    if (v78 !== undefined) {
+      if (typeof v78 !== "object" || v78 === null || Array.isArray(v78)) return INVALID;
+      const v81 = v78["mode"];
+      if (!c11.has(v81)) return INVALID;
+      const v82 = v78["allowOut"];
+      if (!Array.isArray(v82)) return INVALID;
+      const v83 = new Array(v82.length);
+      for (let v84 = 0; v84 < v82.length; v84++) {
+        const v85 = v82[v84];
+        if (typeof v85 !== "string") return INVALID;
+        v83[v84] = v85;
+      }
+      const v86 = v78["denyOut"];
+      if (!Array.isArray(v86)) return INVALID;
+      const v87 = new Array(v86.length);
+      for (let v88 = 0; v88 < v86.length; v88++) {
+        const v89 = v86[v88];
+        if (typeof v89 !== "string") return INVALID;
+        v87[v88] = v89;
+      }
+      const v90 = v78["egressMbps"];
+      let v91 = null;
+      if (v90 !== null) {
+        if (typeof v90 !== "number" || !Number.isFinite(v90)) return INVALID;
+        if (!Number.isSafeInteger(v90)) return INVALID;
+        v91 = v90;
+      }
+      const v92 = v78["usage"];
+      let v93 = (() => {
+        let v94;
+        if (v92 !== undefined) {
+          if (typeof v92 !== "object" || v92 === null || Array.isArray(v92)) return INVALID;
+          const v95 = v92["egressBytes"];
+          if (typeof v95 !== "number" || !Number.isFinite(v95)) return INVALID;
+          if (!Number.isSafeInteger(v95)) return INVALID;
+          if (v95 < 0) return INVALID;
+          const v96 = v92["ingressBytes"];
+          if (typeof v96 !== "number" || !Number.isFinite(v96)) return INVALID;
+          if (!Number.isSafeInteger(v96)) return INVALID;
+          if (v96 < 0) return INVALID;
+          const v97 = { "egressBytes": v95, "ingressBytes": v96 };
+          v94 = v97;
+        }
+        return v94;
+      })();
+      if (v93 === INVALID) {
+        if ("usage" in v78) return INVALID;
+        v93 = undefined;
+      }
+      const v98 = {};
+      v98["mode"] = v81;
+      v98["allowOut"] = v83;
+      v98["denyOut"] = v87;
+      v98["egressMbps"] = v91;
+      if ("usage" in v78) v98["usage"] = v93;
+      v80 = v98;
+    }
+    return v80;
+  })();
+  if (v79 === INVALID) {
+    if ("network" in input) return INVALID;
+    v79 = undefined;
+  }
+  const v99 = input["createdAt"];
+  if (typeof v99 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v78)) return INVALID;
-  const v79 = input["updatedAt"];
-  if (typeof v79 !== "string") return INVALID;
+  if (!c4.test(v99)) return INVALID;
+  const v100 = input["updatedAt"];
+  if (typeof v100 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v79)) return INVALID;
-  const v80 = {};
-  v80["id"] = v0;
-  v80["template"] = v1;
-  v80["templateId"] = v2;
-  v80["state"] = v3;
-  v80["conditions"] = v5;
-  v80["env"] = v15;
-  v80["cwd"] = v21;
-  v80["hostname"] = v22;
-  v80["resources"] = v27;
-  v80["labels"] = v29;
-  v80["timeoutMs"] = v36;
-  v80["timeoutAction"] = v37;
-  v80["idleTimeoutMs"] = v39;
-  v80["maxAgeMs"] = v41;
-  v80["pausedRetentionMs"] = v43;
-  v80["snapshotKeepLast"] = v45;
-  v80["expiresAt"] = v47;
-  v80["expiry"] = v49;
-  v80["idleDeadlineAt"] = v55;
-  v80["timeoutAt"] = v57;
-  v80["desiredState"] = v58;
-  v80["autoResume"] = v59;
-  v80["keeps"] = v63;
-  v80["lineage"] = v69;
-  if ("quarantine" in input) v80["quarantine"] = v71;
-  v80["createdAt"] = v78;
-  v80["updatedAt"] = v79;
-  return v80;
+  if (!c4.test(v100)) return INVALID;
+  const v101 = {};
+  v101["id"] = v0;
+  v101["template"] = v1;
+  v101["templateId"] = v2;
+  v101["state"] = v3;
+  v101["conditions"] = v5;
+  v101["env"] = v15;
+  v101["cwd"] = v21;
+  v101["hostname"] = v22;
+  v101["resources"] = v27;
+  v101["labels"] = v29;
+  v101["timeoutMs"] = v36;
+  v101["timeoutAction"] = v37;
+  v101["idleTimeoutMs"] = v39;
+  v101["maxAgeMs"] = v41;
+  v101["pausedRetentionMs"] = v43;
+  v101["snapshotKeepLast"] = v45;
+  v101["expiresAt"] = v47;
+  v101["expiry"] = v49;
+  v101["idleDeadlineAt"] = v55;
+  v101["timeoutAt"] = v57;
+  v101["desiredState"] = v58;
+  v101["autoResume"] = v59;
+  v101["keeps"] = v63;
+  v101["lineage"] = v69;
+  if ("quarantine" in input) v101["quarantine"] = v71;
+  if ("network" in input) v101["network"] = v79;
+  v101["createdAt"] = v99;
+  v101["updatedAt"] = v100;
+  return v101;
   };
   }),
 };

@@ -30,6 +30,7 @@ import {
 import { registerHygieneRoutes, registerMetricsRoute, registerQuarantineGuard } from './hygiene-routes.js';
 import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
+import { registerNetworkRoutes } from './network-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
 import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
@@ -182,6 +183,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerTemplateRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },

@@ -180,7 +180,13 @@ export class HygieneService {
       try {
         await this.deps.driver.delete(id);
         crashPoint('reset:after-delete');
-        const options = { sandboxId: id, template, resources: target.resources, hostname: record.hostname };
+        const options = {
+          sandboxId: id,
+          template,
+          resources: target.resources,
+          hostname: record.hostname,
+          network: record.network ?? undefined,
+        };
         if (snapshot === null) await this.deps.driver.create(options);
         else {
           const sourceDir = await this.deps.blobs.open(snapshot.id);

@@ -16,6 +16,8 @@ export interface MetricsSources {
   quarantinedCount(): Promise<number>;
   /** Host disk bytes per tenant (sandbox disks and pause images, plus snapshots). */
   diskBytesByTenant(): Promise<Map<string, number>>;
+  /** Bytes each sandbox with a network on the host sent and received (its router's counters). */
+  networkBytes?(): Promise<Array<{ sandboxId: string; tenant: string; egressBytes: number; ingressBytes: number }>>;
 }
 
 /** Most sandboxes waiting for their first command that are tracked; older ones are dropped. */
@@ -55,6 +57,20 @@ export class Metrics {
         const counts = (await self.sources?.sandboxesByState()) ?? new Map<string, number>();
         this.reset();
         for (const state of SandboxStateSchema.options) this.set({ state }, counts.get(state) ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'burrow_sandbox_network_bytes',
+      help: 'Bytes a sandbox sent (direction=egress) and received (direction=ingress) over its network',
+      labelNames: ['sandbox', 'tenant', 'direction'],
+      registers,
+      async collect() {
+        const rows = (await self.sources?.networkBytes?.()) ?? [];
+        this.reset();
+        for (const row of rows) {
+          this.set({ sandbox: row.sandboxId, tenant: row.tenant, direction: 'egress' }, row.egressBytes);
+          this.set({ sandbox: row.sandboxId, tenant: row.tenant, direction: 'ingress' }, row.ingressBytes);
+        }
       },
     });
     new Gauge({

@@ -391,6 +391,8 @@ export class PersistenceService {
         await this.deps.driver.fork(id, {
           template: options.template,
           resources: options.resources,
+          // The children inherit the parent's policy (their rows copy it) and get their own addresses.
+          network: options.network,
           children: children.map((c) => ({ sandboxId: c.id, hostname: c.hostname })),
         });
       } catch (error) {
@@ -549,6 +551,7 @@ export class PersistenceService {
       template: await this.deps.templates.refById(record.templateId, record.template),
       resources,
       hostname: record.hostname,
+      network: record.network ?? undefined,
     };
   }
 

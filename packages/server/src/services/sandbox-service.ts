@@ -1,4 +1,11 @@
-import type { Condition, Resources, Sandbox, SandboxList, SandboxState } from '@burrow/contract';
+import type {
+  Condition,
+  NetworkPolicyRequestParsed,
+  Resources,
+  Sandbox,
+  SandboxList,
+  SandboxState,
+} from '@burrow/contract';
 import { DEFAULT_RESOURCES, ErrorCode } from '@burrow/contract';
 import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
@@ -24,6 +31,7 @@ import type { EventService } from './event-service.js';
 import type { HostCapacity } from './host-capacity.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
+import { type NetworkSettings, networkView, resolveNetworkPolicy } from './network-service.js';
 import { PersistenceService, runtimeFailure } from './persistence-service.js';
 import type { TemplateService } from './template-service.js';
 import type { WarmPool } from './warm-pool.js';
@@ -50,6 +58,8 @@ export interface CreateSandboxInput {
   fromSnapshot?: string | undefined;
   /** With `fromSnapshot`: restore memory. @default true */
   restoreMemory?: boolean | undefined;
+  /** Network policy; absent: {@link NetworkSettings.defaultMode} with no rules. */
+  network?: NetworkPolicyRequestParsed | undefined;
 }
 
 /** List query after contract parsing. */
@@ -82,6 +92,8 @@ export interface SandboxServiceDeps {
   metrics?: Metrics | undefined;
   /** Ready sandboxes a create may claim instead of booting one (absent: every create is cold). */
   pool?: WarmPool | undefined;
+  /** The operator's network defaults. @default `{ defaultMode: 'none' }` */
+  network?: NetworkSettings | undefined;
 }
 
 /** The API view of a sandbox row. */
@@ -123,6 +135,7 @@ export function toSandboxSeen(
     keeps: { filesystem: true, memory: ['running', 'pausing', 'paused', 'resuming'].includes(r.state) },
     lineage: { parentId: r.parentId, snapshotId: r.snapshotId },
     quarantine: r.quarantine ?? null,
+    network: networkView(r),
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
   };
@@ -217,6 +230,7 @@ export class SandboxService {
         autoResume: input.autoResume ?? true,
         parentId: null,
         snapshotId: snapshot?.id ?? null,
+        network: resolveNetworkPolicy(input.network, this.deps.network?.defaultMode ?? 'none'),
         lifecycle: {
           ...DEFAULT_LIFECYCLE,
           timeoutAction: input.timeoutAction ?? 'delete',
@@ -229,7 +243,13 @@ export class SandboxService {
       await this.deps.sandboxes.insert(record);
       const startedMs = this.deps.clock.nowMs();
       try {
-        const options = { sandboxId: id, template: ref, resources, hostname: record.hostname };
+        const options = {
+          sandboxId: id,
+          template: ref,
+          resources,
+          hostname: record.hostname,
+          network: record.network ?? undefined,
+        };
         if (snapshot === null) await this.deps.driver.create(options);
         else {
           const sourceDir = await this.deps.blobs.open(snapshot.id);
@@ -305,7 +325,9 @@ export class SandboxService {
   async get(caller: Principal, id: string): Promise<Sandbox> {
     return this.deps.mutex.run(id, async () => {
       const record = await this.require(caller.tenantId, id);
-      return toSandboxSeen(await this.refresh(record), this.activityOf(id));
+      const view = toSandboxSeen(await this.refresh(record), this.activityOf(id));
+      const usage = await this.deps.driver.networkUsage?.(id).catch(() => null);
+      return usage === null || usage === undefined ? view : { ...view, network: networkView(record, usage) };
     });
   }
 
@@ -466,11 +488,14 @@ export class SandboxService {
       message: `sandbox ${claimed.id} created (from the warm pool)`,
       data: { template: claimed.template, snapshotId: null, warmPool: true },
     } as const;
+    // A pool sandbox waits with no network; the request's policy (or the default) applies from here.
+    const network = resolveNetworkPolicy(input.network, this.deps.network?.defaultMode ?? 'none');
+    if (this.deps.driver.capabilities.has('network')) await this.deps.driver.updateNetwork?.(claimed.id, network);
     const updated = await this.deps.sandboxes.update(
       caller.tenantId,
       claimed.id,
       claimed.version,
-      { lifecycle },
+      { lifecycle, network },
       isoNow(this.deps.clock),
       { also: this.deps.events?.inTransaction(created) },
     );

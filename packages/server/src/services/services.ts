@@ -6,6 +6,7 @@ import type { FileService } from './file-service.js';
 import type { HygieneService } from './hygiene-service.js';
 import type { KeyService } from './key-service.js';
 import type { Metrics } from './metrics.js';
+import type { NetworkService } from './network-service.js';
 import type { PolicyService } from './policy-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
@@ -29,6 +30,8 @@ export interface Services {
   policies: PolicyService;
   /** Tenant quotas. */
   quotas: QuotaService;
+  /** Network policy changes. */
+  network: NetworkService;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
   /** Name of the runtime driver, for `/v1/health`. */

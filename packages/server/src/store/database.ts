@@ -47,6 +47,8 @@ export interface SandboxesTable {
   parent_id: string | null;
   /** The snapshot this one was restored from. */
   snapshot_id: string | null;
+  /** JSON network policy; null on rows from before 0500 (mode `none`). */
+  network?: string | null;
   /** JSON `{ at, reason, by }` while the sandbox is quarantined (0400); null otherwise. */
   quarantine?: string | null;
   /** What the TTL does (`pause | stop | delete`); null on old rows (delete). From 0300. */

@@ -229,3 +229,13 @@ export async function migrateToLatest(db: Kysely<DB>): Promise<void> {
     throw new Error(`database migration ${failed} failed`, { cause: error });
   }
 }
+
+/** Network: each sandbox's network policy (JSON; null on rows from before it: no network). */
+MIGRATIONS['0500_network'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema.alterTable('sandboxes').addColumn('network', 'text').execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.alterTable('sandboxes').dropColumn('network').execute();
+  },
+};

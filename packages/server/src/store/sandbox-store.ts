@@ -1,4 +1,4 @@
-import type { Condition, DesiredState, Quarantine, SandboxState, TimeoutAction } from '@burrow/contract';
+import type { Condition, DesiredState, NetworkPolicy, Quarantine, SandboxState, TimeoutAction } from '@burrow/contract';
 import type { Kysely, Selectable } from 'kysely';
 import type { PageCursor } from '../util/cursor.js';
 import type { DB, SandboxesTable } from './database.js';
@@ -70,6 +70,8 @@ export interface SandboxRecord {
   quarantine?: Quarantine | null;
   /** Policies beyond `timeoutMs`; rows read from the store always carry them. @default DEFAULT_LIFECYCLE */
   lifecycle?: SandboxLifecycle;
+  /** The network policy in force (absent on records built without one, null on rows from before 0500: none). */
+  network?: NetworkPolicy | null;
 }
 
 /** Filters and page of {@link SandboxStore.list}. */
@@ -85,7 +87,7 @@ export interface ListSandboxesOptions {
 
 /** Fields a fenced update may change. */
 export type SandboxPatch = Partial<
-  Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState' | 'timeoutMs' | 'expiresAt' | 'env'>
+  Pick<SandboxRecord, 'state' | 'conditions' | 'desiredState' | 'timeoutMs' | 'expiresAt' | 'env' | 'network'>
 > & {
   lifecycle?: Partial<SandboxLifecycle>;
 } & ResetPatch;
@@ -136,6 +138,7 @@ function toRecord(row: Selectable<SandboxesTable>, envCodec: EnvCodec): SandboxR
     parentId: row.parent_id,
     snapshotId: row.snapshot_id,
     quarantine: row.quarantine ? (JSON.parse(row.quarantine) as Quarantine) : null,
+    network: row.network ? (JSON.parse(row.network) as NetworkPolicy) : null,
     lifecycle: {
       timeoutAction: (row.timeout_action ?? 'delete') as TimeoutAction,
       idleTimeoutMs: num(row.idle_timeout_ms),
@@ -226,6 +229,7 @@ export class SandboxStore {
           parent_id: record.parentId,
           snapshot_id: record.snapshotId,
           quarantine: record.quarantine ? JSON.stringify(record.quarantine) : null,
+          network: record.network ? JSON.stringify(record.network) : null,
           ...lifecycleColumns(record.lifecycle ?? DEFAULT_LIFECYCLE),
         })
         .execute();
@@ -324,6 +328,7 @@ export class SandboxStore {
           ...(patch.memoryMiB === undefined ? {} : { memory_mib: patch.memoryMiB }),
           ...(patch.diskMiB === undefined ? {} : { disk_mib: patch.diskMiB }),
           ...(patch.snapshotId === undefined ? {} : { snapshot_id: patch.snapshotId }),
+          ...(patch.network === undefined ? {} : { network: patch.network ? JSON.stringify(patch.network) : null }),
           ...(patch.timeoutMs === undefined ? {} : { timeout_ms: patch.timeoutMs }),
           ...(patch.expiresAt === undefined ? {} : { expires_at: patch.expiresAt }),
           // Paused retention counts from the move to paused; any other settled state ends it.

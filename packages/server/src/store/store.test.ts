@@ -33,6 +33,7 @@ function record(id: string, tenantId: string, createdAt: string, labels: Record<
     snapshotId: null,
     lifecycle: { ...DEFAULT_LIFECYCLE },
     quarantine: null,
+    network: { mode: 'egress', allowOut: ['203.0.113.0/24', '*.example.com'], denyOut: ['0.0.0.0/0'], egressMbps: 20 },
   };
 }
 
