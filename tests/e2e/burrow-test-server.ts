@@ -11,6 +11,8 @@ export const TEST_TEMPLATES_DIR = '/var/tmp/burrow-test-templates';
 
 export interface TestServer {
   apiUrl: string;
+  /** Base URLs of the E2B control plane and envd (free ports). */
+  e2b: { apiUrl: string; envdUrl: string };
   adminKey: string;
   dataDir: string;
   close(): Promise<void>;
@@ -23,7 +25,15 @@ export async function startTestServer(): Promise<TestServer> {
   const config = server.loadConfig(
     { BURROW_DATA_DIR: dataDir },
     // No warm pool: its sandboxes would outlive close() (a server restart re-adopts them) and the data dir.
-    { dataDir, host: '127.0.0.1', port: 0, templatesDir: TEST_TEMPLATES_DIR, logLevel: 'warn', warmPool: [] },
+    {
+      dataDir,
+      host: '127.0.0.1',
+      port: 0,
+      e2b: { apiPort: 0, envdPort: 0 },
+      templatesDir: TEST_TEMPLATES_DIR,
+      logLevel: 'warn',
+      warmPool: [],
+    },
   );
   let running: Awaited<ReturnType<typeof server.startServer>> | undefined;
   try {
@@ -35,6 +45,7 @@ export async function startTestServer(): Promise<TestServer> {
     const started = running;
     return {
       apiUrl: started.url,
+      e2b: started.e2b ?? { apiUrl: '', envdUrl: '' },
       adminKey,
       dataDir,
       close: async () => {
