@@ -577,7 +577,12 @@ export async function startServer(
  */
 export async function setup(
   config: Config,
-  options: { onLog?: (line: string) => void; signal?: AbortSignal } & BurrowDeps = {},
+  options: {
+    onLog?: (line: string) => void;
+    signal?: AbortSignal;
+    /** Also build `e2b-base`, the template E2B's `base` maps to. @default false */
+    e2b?: boolean;
+  } & BurrowDeps = {},
 ): Promise<{ adminKeyPath: string; adminKeyCreated: boolean; template: Template }> {
   const burrow = await createBurrow(config, options);
   try {
@@ -586,10 +591,15 @@ export async function setup(
       process.stdout.write(`Created the admin API key (saved to ${key.path}; shown only now):\n${key.secret}\n`);
     }
     options.onLog?.('building the base template (cached after the first time)');
-    const template = await burrow.services.templates.ensureBase({
+    const buildOptions = {
       ...(options.onLog === undefined ? {} : { onLog: options.onLog }),
       ...(options.signal === undefined ? {} : { signal: options.signal }),
-    });
+    };
+    const template = await burrow.services.templates.ensureBase(buildOptions);
+    if (options.e2b === true) {
+      options.onLog?.('building the e2b-base template (cached after the first time)');
+      await burrow.services.templates.ensureE2bBase(buildOptions);
+    }
     return { adminKeyPath: key.path, adminKeyCreated: key.secret !== null, template };
   } finally {
     await burrow.close();

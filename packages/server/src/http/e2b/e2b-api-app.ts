@@ -18,13 +18,12 @@ import type { Logger } from 'pino';
 import type { z } from 'zod';
 import type { Principal } from '../../services/key-service.js';
 import type { Services } from '../../services/services.js';
+import { E2B_BASE_TEMPLATE } from '../../services/template-service.js';
 import { ApiError } from '../../util/api-error.js';
 import { newId } from '../../util/ids.js';
 
 /** Version of envd Burrow's envd answers as: the SDKs gate features on it. */
 export const E2B_ENVD_VERSION = '0.6.13';
-/** Template E2B's `templateID: "base"` maps to when it exists (else Burrow's `base`). */
-export const E2B_BASE_TEMPLATE = 'e2b-base';
 /** E2B's default sandbox timeout, seconds. */
 const DEFAULT_TIMEOUT_S = 300;
 
