@@ -18,8 +18,11 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-/** Starts the server; the admin key comes from `<dataDir>/admin-key` (written by `setup` if the server does not). */
-export async function startTestServer(): Promise<TestServer> {
+/**
+ * Starts the server; the admin key comes from `<dataDir>/admin-key` (written by `setup` if the server does not).
+ * @param options.e2bBase also build (or find cached) the `e2b-base` template. @default false
+ */
+export async function startTestServer(options: { e2bBase?: boolean } = {}): Promise<TestServer> {
   const server = await import('@burrow/server');
   const dataDir = mkdtempSync(join(tmpdir(), 'burrow-e2e-'));
   const config = server.loadConfig(
@@ -39,7 +42,7 @@ export async function startTestServer(): Promise<TestServer> {
   try {
     const keyFile = join(dataDir, 'admin-key');
     // setup registers the base template (found in the shared cache) and writes the admin key.
-    if (!existsSync(keyFile)) await server.setup(config, { onLog: () => {} });
+    if (!existsSync(keyFile)) await server.setup(config, { onLog: () => {}, e2b: options.e2bBase === true });
     running = await server.startServer(config);
     const adminKey = readFileSync(keyFile, 'utf8').trim();
     const started = running;

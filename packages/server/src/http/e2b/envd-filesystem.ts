@@ -1,8 +1,10 @@
+import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { E2bFilesystemRequests, FileInfo, FileWatchEvent } from '@burrow/contract';
-import { type DirectoryWatch, watchDirectory } from '@burrow/runtime';
+import { type DirectoryWatch, type SandboxFs, watchDirectory } from '@burrow/runtime';
 import type { z } from 'zod';
 import type { Services } from '../../services/services.js';
+import { resolveUser } from '../../services/user-lookup.js';
 import { ConnectError, type ServerStream } from './connect-protocol.js';
 import { resolveE2bPath } from './envd-paths.js';
 import type { EnvdContext } from './envd-process-adapter.js';
@@ -69,7 +71,7 @@ export class EnvdFilesystem {
     const path = this.path(ctx, request.path);
     return this.services.files.with(ctx.caller, ctx.sandboxId, async (fs) => {
       if (await fs.exists(path)) throw new ConnectError('already_exists', `${path} already exists`);
-      return { entry: entryInfo(await fs.mkdir(path)) };
+      return { entry: entryInfo(await this.owned(ctx, fs, path, () => fs.mkdir(path))) };
     });
   }
 
@@ -117,9 +119,24 @@ export class EnvdFilesystem {
     if (path === '') throw new ConnectError('invalid_argument', 'name the file with the path parameter');
     const resolved = this.path(ctx, path);
     const info = await this.services.files.upload(ctx.caller, ctx.sandboxId, body, (fs, source) =>
-      fs.write(resolved, source),
+      this.owned(ctx, fs, resolved, () => fs.write(resolved, source)),
     );
     return { name: info.name, type: 'file', path: info.path };
+  }
+
+  /**
+   * Run `create` (which makes `path` and any missing parents), then give what it made to the calling user, as
+   * E2B's envd does by creating them as that user. Root's calls change nothing.
+   */
+  private async owned<T>(ctx: EnvdContext, fs: SandboxFs, path: string, create: () => Promise<T>): Promise<T> {
+    if (ctx.user === undefined || ctx.user === 'root') return create();
+    const user = await resolveUser(fs, ctx.user);
+    const made = [path];
+    for (let dir = posix.dirname(path); dir !== '/' && !(await fs.exists(dir)); dir = posix.dirname(dir))
+      made.push(dir);
+    const result = await create();
+    for (const p of made.reverse()) await fs.chown(p, user.uid, user.gid);
+    return result;
   }
 
   /** `WatchDir`: a start event, then one event per change until the client goes or the directory does. */
