@@ -66,6 +66,8 @@ export async function buildEnvdApp(options: EnvdAppOptions): Promise<FastifyInst
   );
   app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
   await app.register(fastifyMultipart, {
+    // A part's filename is the file's path in the sandbox: keep its directories.
+    preservePath: true,
     limits: { fileSize: options.uploadLimitBytes ?? 1024 * 1024 * 1024, files: 1000 },
   });
 
