@@ -61,6 +61,10 @@ export const E2bListQuerySchema = z.object({
   state: z.union([z.string(), z.array(z.string())]).optional(),
   limit: z.coerce.number().int().min(1).max(1000).optional(),
   nextToken: z.string().max(256).optional(),
+  /** ISO-8601: only sandboxes started at or after it. */
+  startedAfter: z.string().max(64).optional(),
+  template: z.string().max(128).optional(),
+  order: z.enum(['asc', 'desc']).optional(),
 });
 
 /** Query of `GET /snapshots`. */

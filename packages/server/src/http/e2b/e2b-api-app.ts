@@ -24,6 +24,8 @@ import { newId } from '../../util/ids.js';
 
 /** Version of envd Burrow's envd answers as: the SDKs gate features on it. */
 export const E2B_ENVD_VERSION = '0.6.13';
+/** Most sandboxes one E2B list call looks at. */
+const MAX_LISTED = 10_000;
 /** E2B's default sandbox timeout, seconds. */
 const DEFAULT_TIMEOUT_S = 300;
 
@@ -111,20 +113,45 @@ export async function buildE2bApiApp(options: E2bApiAppOptions): Promise<Fastify
   app.post('/sandboxes', create);
   app.post('/v2/sandboxes', create);
 
+  /**
+   * E2B's list: the matching sandboxes (labels from `metadata`, states, `startedAfter`, `template`), ordered by start
+   * (`order`, newest first by default), a page of `limit`; `X-Next-Token` carries the next page's offset.
+   */
   const list = async (request: FastifyRequest, reply: FastifyReply) => {
     const query = parse(E2bListQuerySchema, request.query);
-    const states = (Array.isArray(query.state) ? query.state : (query.state ?? 'running').split(','))
+    const states = (Array.isArray(query.state) ? query.state : (query.state ?? 'running,paused').split(','))
       .flatMap((s) => s.split(','))
       .filter((s) => s !== '');
     for (const s of states) if (s !== 'running' && s !== 'paused') throw new E2bError(400, `unknown state ${s}`);
+    const offset = query.nextToken === undefined ? 0 : Number(Buffer.from(query.nextToken, 'base64url').toString());
+    if (!Number.isInteger(offset) || offset < 0) throw new E2bError(400, 'nextToken is not valid: pass it unchanged');
     const labels = [...new URLSearchParams(query.metadata ?? '').entries()].map(([k, v]) => `${k}=${v}`);
-    const page = await services.sandboxes.list(caller(request), {
-      label: labels,
-      limit: Math.min(query.limit ?? 100, 200),
-      ...(query.nextToken === undefined ? {} : { cursor: query.nextToken }),
-    });
-    if (page.nextCursor !== null) reply.header('x-next-token', page.nextCursor);
-    return page.items.filter((s) => states.includes(e2bState(s))).map((s) => ({ ...listItem(s) }));
+    const afterMs = query.startedAfter === undefined ? null : Date.parse(query.startedAfter);
+    if (afterMs !== null && Number.isNaN(afterMs)) throw new E2bError(400, 'startedAfter must be an ISO-8601 time');
+    const matching: Sandbox[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await services.sandboxes.list(caller(request), {
+        label: labels,
+        limit: 200,
+        ...(cursor === undefined ? {} : { cursor }),
+      });
+      for (const s of page.items) {
+        if (!states.includes(e2bState(s))) continue;
+        if (afterMs !== null && Date.parse(s.createdAt) < afterMs) continue;
+        if (query.template !== undefined && listItem(s).templateID !== query.template) continue;
+        matching.push(s);
+      }
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor !== undefined && matching.length < MAX_LISTED);
+    matching.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
+    if (query.order !== 'asc') matching.reverse();
+    const limit = query.limit ?? 100;
+    const page = matching.slice(offset, offset + limit);
+    if (offset + limit < matching.length) {
+      reply.header('x-next-token', Buffer.from(String(offset + limit)).toString('base64url'));
+    }
+    return page.map(listItem);
   };
   app.get('/sandboxes', list);
   app.get('/v2/sandboxes', list);
