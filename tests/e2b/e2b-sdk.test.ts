@@ -117,7 +117,7 @@ describe('E2B SDK against Burrow', () => {
     await sbx.files.remove('/home/user/notes');
     expect(await sbx.files.exists('/home/user/notes')).toBe(false);
     const missing = await sbx.files.read('/home/user/none.txt').catch((error: unknown) => error);
-    expect((missing as Error).name).toBe('NotFoundError');
+    expect((missing as Error).name).toBe('FileNotFoundError');
   });
 
   test('watch: events for files a command creates', async () => {
