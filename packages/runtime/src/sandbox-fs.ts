@@ -295,6 +295,14 @@ export class SandboxFs {
     });
   }
 
+  /** Numeric owner and group of `path` (a final symlink is reported, not followed). @throws FsError */
+  async owner(path: string): Promise<{ uid: number; gid: number }> {
+    return this.withResolved(path, { followFinal: false }, async (r) => {
+      const st = await statOf(r);
+      return { uid: st.uid, gid: st.gid };
+    });
+  }
+
   /**
    * Set the owner of `path` (not following a final symlink's target outside the root: symlinks are followed inside
    * the root, as {@link chmod} does). The target is pinned by an `O_PATH` handle opened without following.

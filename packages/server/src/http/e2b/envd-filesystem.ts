@@ -16,8 +16,14 @@ const MAX_POLLED_EVENTS = 10_000;
 
 const FILE_TYPES = { file: 'FILE_TYPE_FILE', directory: 'FILE_TYPE_DIRECTORY', symlink: 'FILE_TYPE_SYMLINK' } as const;
 
-/** `EntryInfo` (proto3 JSON) of a file. Owner and group are not known to Burrow's file calls and are left empty. */
-export function entryInfo(info: FileInfo): Record<string, unknown> {
+/** Owner and group names of a file, as `ls -l` shows them. */
+interface Ownership {
+  owner: string;
+  group: string;
+}
+
+/** `EntryInfo` (proto3 JSON) of a file. */
+export function entryInfo(info: FileInfo, ownership?: Ownership): Record<string, unknown> {
   const type = info.type === 'other' ? 'FILE_TYPE_UNSPECIFIED' : FILE_TYPES[info.type];
   return {
     name: info.name,
@@ -26,6 +32,7 @@ export function entryInfo(info: FileInfo): Record<string, unknown> {
     size: String(info.sizeBytes),
     mode: info.mode,
     permissions: permissions(info),
+    ...(ownership ?? {}),
     modifiedTime: info.modifiedAt,
     ...(info.symlinkTarget === undefined ? {} : { symlinkTarget: info.symlinkTarget }),
   };
@@ -40,6 +47,37 @@ function permissions(info: FileInfo): string {
     bits += `${v & 4 ? 'r' : '-'}${v & 2 ? 'w' : '-'}${v & 1 ? 'x' : '-'}`;
   }
   return kind + bits;
+}
+
+/** Names of uids and gids from the sandbox's `/etc/passwd` and `/etc/group` (numbers when not listed). */
+async function ownershipOf(fs: SandboxFs): Promise<(path: string) => Promise<Ownership>> {
+  const table = async (file: string) => {
+    const names = new Map<number, string>();
+    const text = await fs
+      .openRead(file)
+      .then(async ({ stream }) => {
+        const chunks: Buffer[] = [];
+        for await (const chunk of stream) chunks.push(chunk as Buffer);
+        return Buffer.concat(chunks).toString('utf8');
+      })
+      .catch(() => '');
+    for (const line of text.split('\n')) {
+      const [name, , id] = line.split(':');
+      if (name !== undefined && id !== undefined && /^\d+$/.test(id)) names.set(Number(id), name);
+    }
+    return names;
+  };
+  const [users, groups] = await Promise.all([table('/etc/passwd'), table('/etc/group')]);
+  return async (path) => {
+    const { uid, gid } = await fs.owner(path);
+    return { owner: users.get(uid) ?? String(uid), group: groups.get(gid) ?? String(gid) };
+  };
+}
+
+/** `EntryInfo` of each file, with its owner and group. */
+async function entriesOf(fs: SandboxFs, infos: FileInfo[]): Promise<Record<string, unknown>[]> {
+  const ownership = await ownershipOf(fs);
+  return Promise.all(infos.map(async (info) => entryInfo(info, await ownership(info.path).catch(() => undefined))));
 }
 
 /** A watch kept between polls (`CreateWatcher` / `GetWatcherEvents` / `RemoveWatcher`). */
@@ -71,7 +109,8 @@ export class EnvdFilesystem {
     const path = this.path(ctx, request.path);
     return this.services.files.with(ctx.caller, ctx.sandboxId, async (fs) => {
       if (await fs.exists(path)) throw new ConnectError('already_exists', `${path} already exists`);
-      return { entry: entryInfo(await this.owned(ctx, fs, path, () => fs.mkdir(path))) };
+      const [entry] = await entriesOf(fs, [await this.owned(ctx, fs, path, () => fs.mkdir(path))]);
+      return { entry };
     });
   }
 
@@ -80,7 +119,8 @@ export class EnvdFilesystem {
     const to = this.path(ctx, request.destination);
     return this.services.files.with(ctx.caller, ctx.sandboxId, async (fs) => {
       await fs.rename(from, to);
-      return { entry: entryInfo(await fs.stat(to)) };
+      const [entry] = await entriesOf(fs, [await fs.stat(to)]);
+      return { entry };
     });
   }
 
@@ -90,9 +130,9 @@ export class EnvdFilesystem {
     const entries = await this.services.files.with(ctx.caller, ctx.sandboxId, async (fs) => {
       const dir = await fs.stat(path);
       if (dir.type === 'file') throw new ConnectError('invalid_argument', `${path} is not a directory`);
-      return fs.list(path, { depth });
+      return entriesOf(fs, await fs.list(path, { depth }));
     });
-    return { entries: entries.map(entryInfo) };
+    return { entries };
   }
 
   async remove(ctx: EnvdContext, request: Req<'Remove'>): Promise<unknown> {
@@ -156,7 +196,15 @@ export class EnvdFilesystem {
             stream.end();
             return;
           }
-          for (const e of toE2bEvents(root, event)) void stream.send({ filesystem: e });
+          for (const e of toE2bEvents(root, event)) {
+            if (request.includeEntry === true && e.type !== 'EVENT_TYPE_REMOVE' && e.type !== 'EVENT_TYPE_RENAME') {
+              // Best effort: the entry of a path that still exists when the event is sent.
+              void fs
+                .stat(`${root}/${e.name}`)
+                .then((info) => stream.send({ filesystem: { ...e, entry: entryInfo(info) } }))
+                .catch(() => stream.send({ filesystem: e }));
+            } else void stream.send({ filesystem: e });
+          }
         },
         { recursive: request.recursive === true },
       );
