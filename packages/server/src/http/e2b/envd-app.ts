@@ -277,9 +277,15 @@ export async function buildEnvdApp(options: EnvdAppOptions): Promise<FastifyInst
     try {
       const written: unknown[] = [];
       if (request.isMultipart()) {
-        for await (const part of request.files()) {
-          const target = access.path !== '' && !part.filename ? access.path : part.filename || access.path;
-          written.push(await filesystem.write(access.ctx, target, part.file, metadata));
+        for await (const part of request.parts()) {
+          if (part.type === 'file') {
+            const target = part.filename || access.path;
+            written.push(await filesystem.write(access.ctx, target, part.file, metadata));
+          } else if (part.fieldname === 'file') {
+            // A form field without a filename: its value is the content of the file `path` names.
+            const value = Readable.from([Buffer.from(String(part.value))]);
+            written.push(await filesystem.write(access.ctx, access.path, value, metadata));
+          }
         }
       } else {
         if (access.path === '') return plainError(reply, 400, 'the path query parameter names the file');
