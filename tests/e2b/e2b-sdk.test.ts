@@ -107,7 +107,15 @@ describe('E2B SDK against Burrow', () => {
     expect(owners.stdout).toBe('user 755\nuser 644\n');
     await sbx.files.remove('notes/by-user');
     const info = await sbx.files.getInfo('notes/a.txt');
-    expect(info).toMatchObject({ name: 'a.txt', type: 'file', path: '/home/user/notes/a.txt', size: 5 });
+    expect(info).toMatchObject({
+      name: 'a.txt',
+      type: 'file',
+      path: '/home/user/notes/a.txt',
+      size: 5,
+      owner: 'user',
+      group: 'user',
+      permissions: '-rw-r--r--',
+    });
     expect(await sbx.files.makeDir('/home/user/notes/sub')).toBe(true);
     expect(await sbx.files.makeDir('/home/user/notes/sub')).toBe(false);
     expect((await sbx.files.list('/home/user/notes')).map((e) => e.name).sort()).toEqual(['a.txt', 'sub']);

@@ -137,7 +137,10 @@ export class EnvdFilesystem {
 
   async remove(ctx: EnvdContext, request: Req<'Remove'>): Promise<unknown> {
     const path = this.path(ctx, request.path);
-    await this.services.files.with(ctx.caller, ctx.sandboxId, (fs) => fs.remove(path, { recursive: true }));
+    // As envd's RemoveAll: a path that does not exist is already removed.
+    await this.services.files.with(ctx.caller, ctx.sandboxId, async (fs) => {
+      if (await fs.exists(path)) await fs.remove(path, { recursive: true });
+    });
     return {};
   }
 
