@@ -99,10 +99,10 @@ export class EnvdFilesystem {
   }
 
   async stat(ctx: EnvdContext, request: Req<'Stat'>): Promise<unknown> {
-    const info = await this.services.files.with(ctx.caller, ctx.sandboxId, (fs) =>
-      fs.stat(this.path(ctx, request.path)),
+    const [entry] = await this.services.files.with(ctx.caller, ctx.sandboxId, async (fs) =>
+      entriesOf(fs, [await fs.stat(this.path(ctx, request.path))]),
     );
-    return { entry: entryInfo(info) };
+    return { entry };
   }
 
   async makeDir(ctx: EnvdContext, request: Req<'MakeDir'>): Promise<unknown> {
