@@ -34,7 +34,10 @@ export function entryInfo(info: FileInfo, ownership?: Ownership): Record<string,
     permissions: permissions(info),
     ...(ownership ?? {}),
     modifiedTime: info.modifiedAt,
-    ...(info.symlinkTarget === undefined ? {} : { symlinkTarget: info.symlinkTarget }),
+    // envd reports a link's target as an absolute path.
+    ...(info.symlinkTarget === undefined
+      ? {}
+      : { symlinkTarget: posix.resolve(posix.dirname(info.path), info.symlinkTarget) }),
   };
 }
 
