@@ -63,7 +63,14 @@ async function main(): Promise<void> {
   const dataDir = join(work, 'data');
   await mkdir(dataDir);
   // The warm pool starts empty: the start bench sizes it, and drains it before the other rows.
-  const config = loadConfig(process.env, { dataDir, templatesDir, port: 0, logLevel: 'warn', warmPool: [] });
+  const config = loadConfig(process.env, {
+    dataDir,
+    templatesDir,
+    port: 0,
+    e2b: { apiPort: 0, envdPort: 0 },
+    logLevel: 'warn',
+    warmPool: [],
+  });
   log(`setup (template cache ${templatesDir})`);
   const prepared = await setup(config, { onLog: () => undefined });
   const server = await startServer(config);
@@ -195,7 +202,7 @@ async function encryptedServer(work: string): Promise<{ apiUrl: string; apiKey: 
   await mkdir(dataDir);
   const config = loadConfig(
     { ...process.env, BURROW_IMAGE_ENCRYPTION: '1' },
-    { dataDir, templatesDir, port: 0, logLevel: 'warn', warmPool: [] },
+    { dataDir, templatesDir, port: 0, e2b: { apiPort: 0, envdPort: 0 }, logLevel: 'warn', warmPool: [] },
   );
   const prepared = await setup(config, { onLog: () => undefined });
   const server = await startServer(config);

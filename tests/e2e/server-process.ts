@@ -63,6 +63,8 @@ export function startServerProcess(options: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       BURROW_TEMPLATES_DIR: TEST_TEMPLATES_DIR,
       BURROW_PORT: '0',
+      BURROW_E2B_API_PORT: '0',
+      BURROW_E2B_ENVD_PORT: '0',
       BURROW_WARM_POOL: 'none',
       BURROW_LOG_LEVEL: process.env.BURROW_TEST_LOG ?? 'warn',
       BURROW_RECONCILE_INTERVAL_MS: '1000',

@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import type { CliContext } from './cli-context.js';
+import { registerE2bCommands } from './commands/e2b-commands.js';
 import { registerExecCommand } from './commands/exec-command.js';
 import { registerFilesCommands } from './commands/files-commands.js';
 import { registerHygieneCommands } from './commands/hygiene-commands.js';
@@ -43,6 +44,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerLifecycleCommands(program, context);
   registerNetworkCommands(program, context);
   registerServerCommands(program, context);
+  registerE2bCommands(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
   return program;
 }

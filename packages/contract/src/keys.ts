@@ -30,6 +30,11 @@ export const CreateApiKeyRequestSchema = z
     /** Tenant the key acts for. @default the caller's tenant */
     tenantId: NameSchema.optional(),
     role: ApiKeyRoleSchema.default('member'),
+    /**
+     * Secret format: `bk` (`bk_` + 32 base32 characters) or `e2b` (`e2b_` + 40 hex characters, the form E2B's clients
+     * up to 2.45 and its Python SDK check before sending). Both carry 160 random bits. @default 'bk'
+     */
+    format: z.enum(['bk', 'e2b']).default('bk'),
   })
   .strict()
   .meta({ id: 'CreateApiKeyRequest' });

@@ -3,6 +3,7 @@ import type { Stats } from 'node:fs';
 import { constants as fsc } from 'node:fs';
 import {
   chmod,
+  chown,
   type FileHandle,
   lstat,
   mkdir,
@@ -288,6 +289,35 @@ export class SandboxFs {
         if (st.isSymbolicLink()) throw new FsError('invalid_path', `${r.path} changed to a symlink meanwhile; retry`);
         await guard(r.path, () => chmod(fdPath, mode & 0o7777));
         return infoOf(r.path, await guard(r.path, () => stat(fdPath)));
+      } finally {
+        await target?.close();
+      }
+    });
+  }
+
+  /** Numeric owner and group of `path` (a final symlink is reported, not followed). @throws FsError */
+  async owner(path: string): Promise<{ uid: number; gid: number }> {
+    return this.withResolved(path, { followFinal: false }, async (r) => {
+      const st = await statOf(r);
+      return { uid: st.uid, gid: st.gid };
+    });
+  }
+
+  /**
+   * Set the owner of `path` (not following a final symlink's target outside the root: symlinks are followed inside
+   * the root, as {@link chmod} does). The target is pinned by an `O_PATH` handle opened without following.
+   * @param uid numeric user id inside the sandbox
+   * @param gid numeric group id inside the sandbox
+   * @throws FsError
+   */
+  async chown(path: string, uid: number, gid: number): Promise<void> {
+    await this.withResolved(path, { followFinal: true }, async (r) => {
+      const target = r.name === null ? null : await guard(r.path, () => open(at(r), O_PATH | fsc.O_NOFOLLOW));
+      try {
+        const fdPath = `/proc/self/fd/${target === null ? r.dir.fd : target.fd}`;
+        const st = await guard(r.path, () => (target === null ? stat(fdPath) : target.stat()));
+        if (st.isSymbolicLink()) throw new FsError('invalid_path', `${r.path} changed to a symlink meanwhile; retry`);
+        await guard(r.path, () => chown(fdPath, uid, gid));
       } finally {
         await target?.close();
       }

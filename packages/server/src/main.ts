@@ -7,6 +7,7 @@ import { type Logger, pino } from 'pino';
 import { lockDataDir, prepareDataDir } from './data-dir.js';
 import { DEFAULT_HEAP_HEADROOM_MIB, installHeapHeadroom } from './heap-headroom.js';
 import { buildApp } from './http/app.js';
+import { buildE2bServers, type E2bServers } from './http/e2b/e2b-servers.js';
 import { DEFAULT_HTTP_LIMITS, type HttpLimits } from './http/http-limits.js';
 import type { ZodApp } from './http/zod-app.js';
 import { ActivityTracker } from './lifecycle/activity-tracker.js';
@@ -50,6 +51,12 @@ export interface Config {
   host: string;
   /** Listen port; 0 picks a free one. @default 7420 (BURROW_PORT) */
   port: number;
+  /**
+   * Ports of the E2B-compatible control plane and envd ({@link startServer} only; 0 picks a free one), or null for
+   * none. @default { apiPort: 49982, envdPort: 49983 } (BURROW_E2B_API_PORT, BURROW_E2B_ENVD_PORT; BURROW_E2B=0 turns
+   * both off)
+   */
+  e2b: { apiPort: number; envdPort: number } | null;
   /** SQLite file path or `postgres://…`. @default '<dataDir>/burrow.db' (BURROW_DATABASE_URL) */
   databaseUrl: string;
   /** runsc binary. @default 'runsc' (BURROW_RUNSC) */
@@ -190,6 +197,15 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     templatesDir: overrides.templatesDir ?? env.BURROW_TEMPLATES_DIR ?? join(dataDir, 'templates'),
     host: overrides.host ?? env.BURROW_HOST ?? '127.0.0.1',
     port: overrides.port ?? intFrom(env.BURROW_PORT, 'BURROW_PORT', 7420),
+    e2b:
+      overrides.e2b !== undefined
+        ? overrides.e2b
+        : env.BURROW_E2B === '0'
+          ? null
+          : {
+              apiPort: intFrom(env.BURROW_E2B_API_PORT, 'BURROW_E2B_API_PORT', 49982),
+              envdPort: intFrom(env.BURROW_E2B_ENVD_PORT, 'BURROW_E2B_ENVD_PORT', 49983),
+            },
     databaseUrl: overrides.databaseUrl ?? env.BURROW_DATABASE_URL ?? join(dataDir, 'burrow.db'),
     runscPath: overrides.runscPath ?? env.BURROW_RUNSC ?? 'runsc',
     platform,
@@ -282,6 +298,8 @@ export interface Burrow {
   metrics: Metrics;
   /** Lifecycle policy loop (started by {@link startServer}). */
   policies: PolicyEnforcer;
+  /** The E2B-compatible control plane and envd (listening only under {@link startServer}). */
+  e2b: E2bServers;
   /** Webhook delivery loop (started by {@link startServer}). */
   webhooks: WebhookDispatcher;
   /** The warm pool (not running until {@link startServer} or `pool.start()`). */
@@ -491,8 +509,10 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     httpLimits: config.httpLimits,
     actors,
   });
+  const e2b = await buildE2bServers({ services, sandboxes: store.sandboxes, driver, dataDir: config.dataDir, logger });
   return {
     app,
+    e2b,
     services,
     metrics,
     store,
@@ -510,6 +530,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await reconciler.stop();
       s3?.close();
       await events.flush();
+      await e2b.close();
       await app.close();
       await driver.close?.();
       await store.close();
@@ -577,7 +598,13 @@ async function ensureAdminKey(burrow: Burrow, dataDir: string): Promise<{ path: 
 export async function startServer(
   config: Config,
   deps: BurrowDeps = {},
-): Promise<{ url: string; burrow: Burrow; close(): Promise<void> }> {
+): Promise<{
+  url: string;
+  /** Base URLs of the E2B control plane and envd, when {@link Config.e2b} is set. */
+  e2b: { apiUrl: string; envdUrl: string } | null;
+  burrow: Burrow;
+  close(): Promise<void>;
+}> {
   // Before anything touches the database or the sandboxes: one server per data dir.
   await prepareDataDir(config.dataDir);
   const lock = await lockDataDir(config.dataDir);
@@ -610,7 +637,9 @@ export async function startServer(
     burrow.webhooks.start();
     burrow.pool.start();
     const url = await burrow.app.listen({ host: config.host, port: config.port });
-    return { url, burrow, close };
+    const e2b =
+      config.e2b === null ? null : await burrow.e2b.listen(config.host, config.e2b.apiPort, config.e2b.envdPort);
+    return { url, e2b, burrow, close };
   } catch (error) {
     await close();
     throw error;
@@ -627,7 +656,12 @@ export async function startServer(
  */
 export async function setup(
   config: Config,
-  options: { onLog?: (line: string) => void; signal?: AbortSignal } & BurrowDeps = {},
+  options: {
+    onLog?: (line: string) => void;
+    signal?: AbortSignal;
+    /** Also build `e2b-base`, the template E2B's `base` maps to. @default false */
+    e2b?: boolean;
+  } & BurrowDeps = {},
 ): Promise<{ adminKeyPath: string; adminKeyCreated: boolean; template: Template }> {
   const burrow = await createBurrow(config, options);
   try {
@@ -636,10 +670,15 @@ export async function setup(
       process.stdout.write(`Created the admin API key (saved to ${key.path}; shown only now):\n${key.secret}\n`);
     }
     options.onLog?.('building the base template (cached after the first time)');
-    const template = await burrow.services.templates.ensureBase({
+    const buildOptions = {
       ...(options.onLog === undefined ? {} : { onLog: options.onLog }),
       ...(options.signal === undefined ? {} : { signal: options.signal }),
-    });
+    };
+    const template = await burrow.services.templates.ensureBase(buildOptions);
+    if (options.e2b === true) {
+      options.onLog?.('building the e2b-base template (cached after the first time)');
+      await burrow.services.templates.ensureE2bBase(buildOptions);
+    }
     return { adminKeyPath: key.path, adminKeyCreated: key.secret !== null, template };
   } finally {
     await burrow.close();

@@ -13,11 +13,14 @@ export function registerKeysCommands(program: Command, context: CliContext): voi
     .argument('<name>', 'a name to recognise the key by')
     .option('--tenant <tenant>', "tenant the key acts for (default: the caller's)")
     .option('--role <role>', 'admin or member (default: member)')
+    .option('--e2b', "mint the secret in E2B's format (e2b_ + 40 hex), which older E2B clients require")
     .option('--json', 'print the key and its secret as JSON')
     .action(async (name: string, _options: unknown, command: Command) => {
       const { BurrowClient } = await loadSdk();
-      const options = command.optsWithGlobals<GlobalOptions & { tenant?: string; role?: string; json?: boolean }>();
-      const request: CreateApiKeyRequest = { name };
+      const options = command.optsWithGlobals<
+        GlobalOptions & { tenant?: string; role?: string; json?: boolean; e2b?: boolean }
+      >();
+      const request: CreateApiKeyRequest = { name, ...(options.e2b === true ? { format: 'e2b' as const } : {}) };
       if (options.tenant !== undefined) request.tenantId = options.tenant;
       if (options.role !== undefined) {
         if (options.role !== 'admin' && options.role !== 'member') {

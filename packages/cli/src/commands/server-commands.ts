@@ -33,6 +33,11 @@ export function registerServerCommands(
       if (options.port !== undefined) overrides.port = parsePositiveInt(options.port, '--port');
       const running = await server.startServer(server.loadConfig(context.env, overrides));
       context.stderr.write(`burrow server listening on ${running.url}\n`);
+      if (running.e2b !== null) {
+        context.stderr.write(
+          `E2B API on ${running.e2b.apiUrl}, envd on ${running.e2b.envdUrl} (burrow e2b env prints the exports)\n`,
+        );
+      }
       await new Promise<void>((resolve) => {
         context.onShutdown(async () => {
           context.stderr.write('burrow server: shutting down\n');
@@ -46,7 +51,8 @@ export function registerServerCommands(
     .command('setup')
     .description('prepare this host: data directory, admin key and the base template (progress on stderr)')
     .option('--data-dir <dir>', 'state directory (default: BURROW_DATA_DIR or /var/lib/burrow)')
-    .action(async (options: { dataDir?: string }) => {
+    .option('--e2b', "also build the e2b-base template (what E2B's `base` maps to)")
+    .action(async (options: { dataDir?: string; e2b?: boolean }) => {
       const server = await loadServerModule();
       const overrides: ConfigOverrides = {};
       if (options.dataDir !== undefined) overrides.dataDir = options.dataDir;
@@ -55,7 +61,10 @@ export function registerServerCommands(
       const spinner = new ProgressSpinner(context.stderr, 'setting up Burrow');
       spinner.start();
       try {
-        await server.setup(server.loadConfig(context.env, overrides), { onLog: (line) => spinner.update(line) });
+        await server.setup(server.loadConfig(context.env, overrides), {
+          onLog: (line) => spinner.update(line),
+          e2b: options.e2b === true,
+        });
         spinner.stop(true);
       } catch (err) {
         spinner.stop(false);

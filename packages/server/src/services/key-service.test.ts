@@ -46,4 +46,11 @@ describe.each(testDatabases('keys'))('KeyService authentication reuse on %s', (_
     // An unknown secret is never cached as a success.
     await expect(here.authenticate('bk_unknown')).rejects.toMatchObject({ code: 'unauthorized' });
   });
+  test('an e2b-format key authenticates like any other', async () => {
+    const keys = new KeyService({ keys: store.keys, clock, logger });
+    const admin = { keyId: 'key_test', tenantId: 'default', role: 'admin' as const };
+    const { key, secret } = await keys.create(admin, { name: 'e2b', role: 'member', format: 'e2b' });
+    expect(secret).toMatch(/^e2b_[0-9a-f]{40}$/);
+    expect((await keys.authenticate(secret)).keyId).toBe(key.id);
+  });
 });

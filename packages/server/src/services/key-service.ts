@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { ApiKey } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
 import type { Logger } from 'pino';
@@ -24,9 +24,9 @@ export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret, 'utf8').digest('hex');
 }
 
-/** A new secret: `bk_` + 32 random base32 characters (160 bits). */
-export function newSecret(): string {
-  return `bk_${randomBase32(32)}`;
+/** A new secret: `bk_` + 32 random base32 characters, or with `e2b`, `e2b_` + 40 hex characters (160 bits each). */
+export function newSecret(format: 'bk' | 'e2b' = 'bk'): string {
+  return format === 'e2b' ? `e2b_${randomBytes(20).toString('hex')}` : `bk_${randomBase32(32)}`;
 }
 
 function toApiKey(r: ApiKeyRecord): ApiKey {
@@ -104,10 +104,21 @@ export class KeyService {
    */
   async create(
     caller: Principal,
-    request: { name: string; tenantId?: string | undefined; role: 'admin' | 'member' },
+    request: {
+      name: string;
+      tenantId?: string | undefined;
+      role: 'admin' | 'member';
+      /** Secret format. @default 'bk' */
+      format?: 'bk' | 'e2b' | undefined;
+    },
   ): Promise<{ key: ApiKey; secret: string }> {
     if (caller.role !== 'admin') throw forbidden('creating keys');
-    return this.mint({ name: request.name, tenantId: request.tenantId ?? caller.tenantId, role: request.role });
+    return this.mint({
+      name: request.name,
+      tenantId: request.tenantId ?? caller.tenantId,
+      role: request.role,
+      format: request.format ?? 'bk',
+    });
   }
 
   /**
@@ -138,8 +149,8 @@ export class KeyService {
     return secret;
   }
 
-  private async mint(request: { name: string; tenantId: string; role: 'admin' | 'member' }) {
-    const secret = newSecret();
+  private async mint(request: { name: string; tenantId: string; role: 'admin' | 'member'; format?: 'bk' | 'e2b' }) {
+    const secret = newSecret(request.format);
     const record: ApiKeyRecord = {
       id: newId('key'),
       tenantId: request.tenantId,

@@ -11,6 +11,22 @@ import type { Principal } from './key-service.js';
 /** Name of the template every install has. */
 export const BASE_TEMPLATE = 'base';
 
+/** Name of the template E2B's `templateID: "base"` runs on. */
+export const E2B_BASE_TEMPLATE = 'e2b-base';
+
+/**
+ * What `e2b-base` adds to `base`: what E2B's own `base` template gives code (python3 and pip come with `base`;
+ * node and npm, sudo, ncurses for `tput`), and user `user` (uid 1000, home `/home/user`) with passwordless sudo,
+ * the user E2B's clients run commands and write files as.
+ */
+export const E2B_BASE_RECIPE = {
+  apt: ['nodejs', 'npm', 'sudo', 'ncurses-bin'],
+  run: [
+    'useradd --create-home --shell /bin/bash --uid 1000 user',
+    "echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' > /etc/sudoers.d/user && chmod 0440 /etc/sudoers.d/user",
+  ],
+} as const;
+
 /** A template the builder produced. */
 export interface BuiltTemplateInfo extends TemplateRef {
   /** Disk usage of the root filesystem, bytes. */
@@ -227,22 +243,46 @@ export class TemplateService {
    * @throws Error when the build fails
    */
   async ensureBase(options: { onLog?: (line: string) => void; signal?: AbortSignal } = {}): Promise<Template> {
+    return this.ensurePublic(BASE_TEMPLATE, null, { apt: [], run: [] }, options);
+  }
+
+  /**
+   * Build (or find cached) `e2b-base` ({@link E2B_BASE_RECIPE} on top of `base`) and register it for every tenant.
+   * @returns the ready template
+   * @throws Error when a build fails
+   */
+  async ensureE2bBase(options: { onLog?: (line: string) => void; signal?: AbortSignal } = {}): Promise<Template> {
+    const base = await this.ensureBase(options);
+    return this.ensurePublic(
+      E2B_BASE_TEMPLATE,
+      { name: BASE_TEMPLATE, id: base.id },
+      { apt: [...E2B_BASE_RECIPE.apt], run: [...E2B_BASE_RECIPE.run] },
+      options,
+    );
+  }
+
+  private async ensurePublic(
+    name: string,
+    parent: { name: string; id: string } | null,
+    recipe: { apt: string[]; run: string[] },
+    options: { onLog?: (line: string) => void; signal?: AbortSignal },
+  ): Promise<Template> {
     const built = await this.deps.builder.build({
-      parentId: null,
-      apt: [],
-      run: [],
+      parentId: parent?.id ?? null,
+      apt: recipe.apt,
+      run: recipe.run,
       onLog: options.onLog,
       signal: options.signal,
     });
-    const existing = await this.deps.templates.get(PUBLIC_TENANT, BASE_TEMPLATE);
+    const existing = await this.deps.templates.get(PUBLIC_TENANT, name);
     const record: TemplateRecord = {
       tenantId: PUBLIC_TENANT,
-      name: BASE_TEMPLATE,
+      name,
       id: built.id,
       state: 'ready',
-      fromName: null,
-      apt: [],
-      run: [],
+      fromName: parent?.name ?? null,
+      apt: recipe.apt,
+      run: recipe.run,
       sizeBytes: built.sizeBytes,
       error: null,
       createdAt: existing?.id === built.id ? existing.createdAt : isoNow(this.deps.clock),
