@@ -12,6 +12,7 @@ import type { ZodApp } from './http/zod-app.js';
 import { ActivityTracker } from './lifecycle/activity-tracker.js';
 import { ActorContext } from './lifecycle/actor-context.js';
 import { hasRunningCommand } from './lifecycle/command-activity-probe.js';
+import { type PolicyDefaults, policyDefaultsFromEnv } from './lifecycle/policy-defaults.js';
 import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
@@ -79,6 +80,12 @@ export interface Config {
   orphanGraceMs: number;
   /** Time between lifecycle policy passes (TTL, idle, max age, retention), ms. @default 1000 (1 s) (BURROW_POLICY_INTERVAL_MS) */
   policyIntervalMs: number;
+  /**
+   * Lifecycle policies a create request leaves out. @default persistent: no TTL, pause after 15 minutes idle, never
+   * deleted by policy (BURROW_DEFAULT_TIMEOUT_MS, _TIMEOUT_ACTION, _IDLE_TIMEOUT_MS, _MAX_AGE_MS, _PAUSED_RETENTION_MS,
+   * _SNAPSHOT_KEEP_LAST; a duration of `none` turns that policy off)
+   */
+  policyDefaults: PolicyDefaults;
   /** How long before a deletion by policy its `warning` event comes, ms. @default 300_000 (5 minutes) (BURROW_EXPIRY_WARNING_MS) */
   expiryWarningMs: number;
   /** First webhook retry delay; doubles per attempt, ms. @default 1000 (1 s) (BURROW_WEBHOOK_RETRY_BASE_MS) */
@@ -187,6 +194,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     orphanGraceMs: overrides.orphanGraceMs ?? intFrom(env.BURROW_ORPHAN_GRACE_MS, 'BURROW_ORPHAN_GRACE_MS', 60_000),
     policyIntervalMs:
       overrides.policyIntervalMs ?? intFrom(env.BURROW_POLICY_INTERVAL_MS, 'BURROW_POLICY_INTERVAL_MS', 1000),
+    policyDefaults: overrides.policyDefaults ?? policyDefaultsFromEnv(env),
     expiryWarningMs:
       overrides.expiryWarningMs ?? intFrom(env.BURROW_EXPIRY_WARNING_MS, 'BURROW_EXPIRY_WARNING_MS', 300_000),
     webhookRetryBaseMs:
@@ -338,6 +346,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     driver,
     activity,
     expiryWarningMs: config.expiryWarningMs,
+    policyDefaults: config.policyDefaults,
     events,
     capacity: deps.capacity ?? hostCapacity(config.dataDir),
     snapshots: store.snapshots,

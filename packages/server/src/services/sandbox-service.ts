@@ -4,6 +4,7 @@ import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { ActivitySnapshot, ActivityTracker } from '../lifecycle/activity-tracker.js';
 import { lifecycleView } from '../lifecycle/expiry-view.js';
+import { BUILTIN_POLICY_DEFAULTS, type PolicyDefaults, resolvePolicies } from '../lifecycle/policy-defaults.js';
 import { expiresAtFor } from '../lifecycle/ttl-policy.js';
 import type { WithInTransaction } from '../store/in-transaction.js';
 import {
@@ -37,8 +38,8 @@ export interface CreateSandboxInput {
   memoryMiB?: number | undefined;
   diskMiB?: number | undefined;
   labels: Record<string, string>;
-  timeoutMs: number | null;
-  /** Policies beyond the TTL (contract defaults: delete at the TTL, the rest off). */
+  /** Each policy left out (undefined) takes the server default ({@link SandboxServiceDeps.policyDefaults}). */
+  timeoutMs?: number | null | undefined;
   timeoutAction?: SandboxLifecycle['timeoutAction'] | undefined;
   idleTimeoutMs?: number | null | undefined;
   maxAgeMs?: number | null | undefined;
@@ -69,6 +70,8 @@ export interface SandboxServiceDeps {
   activity?: ActivityTracker | undefined;
   /** Warning time before a deletion by policy, ms, to show a warned deletion when it happens (absent: at its deadline). */
   expiryWarningMs?: number | undefined;
+  /** Policies a create request leaves out (main.ts reads them from BURROW_DEFAULT_*). @default BUILTIN_POLICY_DEFAULTS */
+  policyDefaults?: Readonly<PolicyDefaults> | undefined;
   sandboxes: SandboxStore;
   templates: TemplateService;
   driver: RuntimeDriver;
@@ -161,6 +164,7 @@ export class SandboxService {
             template: { id: snapshot.templateId, name: snapshot.template },
             ref: await this.deps.templates.refById(snapshot.templateId, snapshot.template),
           };
+    const { policies } = resolvePolicies(input, this.deps.policyDefaults ?? BUILTIN_POLICY_DEFAULTS);
     const resources: Resources =
       snapshot === null
         ? {
@@ -184,10 +188,10 @@ export class SandboxService {
         env: input.env,
         labels: input.labels,
         cwd: input.cwd,
-        timeoutMs: input.timeoutMs,
+        timeoutMs: policies.timeoutMs,
         autoResume: input.autoResume ?? true,
       });
-      if (claimed !== null) return this.adoptClaimed(caller, claimed, input);
+      if (claimed !== null) return this.adoptClaimed(caller, claimed, policies);
     }
     await this.checkCapacity(resources);
     const id = newId('sbx');
@@ -208,8 +212,8 @@ export class SandboxService {
         cpuCount: resources.cpuCount,
         memoryMiB: resources.memoryMiB,
         diskMiB: resources.diskMiB,
-        timeoutMs: input.timeoutMs,
-        expiresAt: expiresAtFor(this.deps.clock.nowMs(), input.timeoutMs),
+        timeoutMs: policies.timeoutMs,
+        expiresAt: expiresAtFor(this.deps.clock.nowMs(), policies.timeoutMs),
         createdAt: now,
         updatedAt: now,
         version: 1,
@@ -219,11 +223,11 @@ export class SandboxService {
         snapshotId: snapshot?.id ?? null,
         lifecycle: {
           ...DEFAULT_LIFECYCLE,
-          timeoutAction: input.timeoutAction ?? 'delete',
-          idleTimeoutMs: input.idleTimeoutMs ?? null,
-          maxAgeMs: input.maxAgeMs ?? null,
-          pausedRetentionMs: input.pausedRetentionMs ?? null,
-          snapshotKeepLast: input.snapshotKeepLast ?? null,
+          timeoutAction: policies.timeoutAction,
+          idleTimeoutMs: policies.idleTimeoutMs,
+          maxAgeMs: policies.maxAgeMs,
+          pausedRetentionMs: policies.pausedRetentionMs,
+          snapshotKeepLast: policies.snapshotKeepLast,
         },
       };
       await this.deps.sandboxes.insert(record);
@@ -450,13 +454,13 @@ export class SandboxService {
   }
 
   /** Give a sandbox claimed from the warm pool the create request's policies, and record its `created` event. */
-  private async adoptClaimed(caller: Principal, claimed: SandboxRecord, input: CreateSandboxInput): Promise<Sandbox> {
+  private async adoptClaimed(caller: Principal, claimed: SandboxRecord, policies: PolicyDefaults): Promise<Sandbox> {
     const lifecycle = {
-      timeoutAction: input.timeoutAction ?? 'delete',
-      idleTimeoutMs: input.idleTimeoutMs ?? null,
-      maxAgeMs: input.maxAgeMs ?? null,
-      pausedRetentionMs: input.pausedRetentionMs ?? null,
-      snapshotKeepLast: input.snapshotKeepLast ?? null,
+      timeoutAction: policies.timeoutAction,
+      idleTimeoutMs: policies.idleTimeoutMs,
+      maxAgeMs: policies.maxAgeMs,
+      pausedRetentionMs: policies.pausedRetentionMs,
+      snapshotKeepLast: policies.snapshotKeepLast,
     } as const;
     // The `created` event commits with the adoption (a crash keeps both or neither).
     const created = {
