@@ -1,7 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SandboxSchema } from '@burrow/contract';
+import { ErrorEnvelopeSchema, SandboxSchema, TenantDefaultsSchema } from '@burrow/contract';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type Burrow, createBurrow, loadConfig } from '../../packages/server/src/main.js';
@@ -42,11 +42,11 @@ afterAll(async () => {
   if (dataDir) await rm(dataDir, { recursive: true, force: true });
 });
 
-async function call(method: 'GET' | 'POST' | 'DELETE', url: string, payload?: unknown) {
+async function call(method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, payload?: unknown, headers = admin) {
   return burrow.app.inject({
     method,
     url,
-    headers: admin,
+    headers,
     ...(payload === undefined ? {} : { payload: payload as object }),
   });
 }
@@ -115,5 +115,58 @@ describe('persistent by default (fixed clock)', () => {
     expect(back.timeoutAt).toBe(new Date(createdMs + 70 * M).toISOString());
     expect(back.expiry).toEqual({ at: back.timeoutAt, action: 'delete', reason: 'timeout' });
     await call('DELETE', `/v1/sandboxes/${sbx.id}`);
+  });
+});
+
+describe('tenant defaults (admin-set, applied at create)', () => {
+  test('request > tenant default > server default; existing sandboxes keep their policies; limits and roles', async () => {
+    const keyRes = await call('POST', '/v1/keys', { name: 'member', tenantId: 'gov-defaults' });
+    expect(keyRes.statusCode, keyRes.body).toBe(201);
+    const member = { authorization: `Bearer ${(keyRes.json() as { secret: string }).secret}` };
+    const before = SandboxSchema.parse((await call('POST', '/v1/sandboxes', {}, member)).json());
+    expect(before.idleTimeoutMs).toBe(15 * M);
+
+    // A member may read its defaults but not set them.
+    const denied = await call('PUT', '/v1/tenants/gov-defaults/defaults', { idleTimeoutMs: 5 * M }, member);
+    expect(denied.statusCode).toBe(403);
+    expect(ErrorEnvelopeSchema.parse(denied.json()).error.code).toBe('forbidden');
+
+    const set = await call('PUT', '/v1/tenants/gov-defaults/defaults', {
+      idleTimeoutMs: 5 * M,
+      pausedRetentionMs: 7 * DAY,
+      maxAgeLimitMs: 10 * DAY,
+    });
+    expect(set.statusCode, set.body).toBe(200);
+    const shown = TenantDefaultsSchema.parse(
+      (await call('GET', '/v1/tenants/gov-defaults/defaults', undefined, member)).json(),
+    );
+    expect(shown.effective).toMatchObject({ idleTimeoutMs: 5 * M, pausedRetentionMs: 7 * DAY, maxAgeMs: 10 * DAY });
+    expect(shown.sources).toMatchObject({ idleTimeoutMs: 'tenant-default', timeoutMs: 'server-default' });
+
+    const after = SandboxSchema.parse((await call('POST', '/v1/sandboxes', { idleTimeoutMs: 2 * M }, member)).json());
+    expect(after).toMatchObject({
+      idleTimeoutMs: 2 * M,
+      pausedRetentionMs: 7 * DAY,
+      maxAgeMs: 10 * DAY,
+      timeoutMs: null,
+    });
+    // The sandbox made before keeps its policies.
+    expect((await call('GET', `/v1/sandboxes/${before.id}`, undefined, member)).json()).toMatchObject({
+      idleTimeoutMs: 15 * M,
+      pausedRetentionMs: null,
+      maxAgeMs: null,
+    });
+    // Other tenants are untouched.
+    expect(SandboxSchema.parse((await call('POST', '/v1/sandboxes', {})).json()).pausedRetentionMs).toBeNull();
+
+    for (const body of [{ maxAgeMs: 20 * DAY }, { maxAgeMs: null }]) {
+      const over = await call('POST', '/v1/sandboxes', body, member);
+      expect(over.statusCode, over.body).toBe(400);
+      expect(ErrorEnvelopeSchema.parse(over.json()).error.code).toBe('policy_limit_exceeded');
+    }
+    const bad = await call('PUT', '/v1/tenants/gov-defaults/defaults', { maxAgeMs: 20 * DAY, maxAgeLimitMs: 10 * DAY });
+    expect(bad.statusCode).toBe(400);
+    expect((await call('PUT', '/v1/tenants/gov-defaults/defaults', { idleTimeoutMs: 10 })).statusCode).toBe(400);
+    expect((await call('PUT', '/v1/tenants/gov-defaults/defaults', { bogus: 1 })).statusCode).toBe(400);
   });
 });

@@ -10,3 +10,4 @@ export * from './lifecycle.js';
 export * from './sandbox.js';
 export * from './snapshots.js';
 export * from './templates.js';
+export * from './tenant-defaults.js';

@@ -31,6 +31,7 @@ import { QuotaService } from './services/quota-service.js';
 import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
+import { TenantDefaultsService } from './services/tenant-defaults-service.js';
 import { parseWarmPool, WarmPool, type WarmPoolTarget } from './services/warm-pool.js';
 import { WebhookDispatcher } from './services/webhook-dispatcher.js';
 import { EventStore } from './store/event-store.js';
@@ -339,6 +340,11 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     },
     config.warmPool,
   );
+  const tenantDefaults = new TenantDefaultsService({
+    store: store.tenantDefaults,
+    serverDefaults: config.policyDefaults,
+    clock,
+  });
   const sandboxes: SandboxService = new SandboxService({
     pool,
     sandboxes: store.sandboxes,
@@ -347,6 +353,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     activity,
     expiryWarningMs: config.expiryWarningMs,
     policyDefaults: config.policyDefaults,
+    tenantDefaults,
     events,
     capacity: deps.capacity ?? hostCapacity(config.dataDir),
     snapshots: store.snapshots,
@@ -392,6 +399,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       clock,
     }),
     quotas: new QuotaService({ quotas: store.sandboxes.quotas, clock }),
+    tenantDefaults,
     activity,
     driverName: driver.name,
   };

@@ -11,6 +11,7 @@ import {
 const T0 = Date.parse('2026-11-29T12:00:00.000Z');
 const S = 1000;
 const M = 60 * S;
+const DAY_MS = 24 * 60 * M;
 
 describe('resolvePolicies', () => {
   test('no options: persistent (no TTL, no deletion), pause after 15 minutes idle, all from the server default', () => {
@@ -38,6 +39,39 @@ describe('resolvePolicies', () => {
       { lastActivityMs: T0, busy: false },
     );
     expect(paused.next).toBeNull();
+  });
+
+  test('request > tenant default > server default, each field on its own, with its source', () => {
+    const { policies, sources, violation } = resolvePolicies({ idleTimeoutMs: 5 * M }, BUILTIN_POLICY_DEFAULTS, {
+      idleTimeoutMs: 30 * M,
+      pausedRetentionMs: DAY_MS,
+    });
+    expect(violation).toBeNull();
+    expect(policies).toMatchObject({ idleTimeoutMs: 5 * M, pausedRetentionMs: DAY_MS, timeoutMs: null });
+    expect(sources).toMatchObject({
+      idleTimeoutMs: 'request',
+      pausedRetentionMs: 'tenant-default',
+      timeoutMs: 'server-default',
+    });
+  });
+
+  test('a tenant maxAgeLimitMs: a request above it or asking for none is a violation; the default becomes it', () => {
+    const tenant = { maxAgeLimitMs: DAY_MS };
+    expect(resolvePolicies({ maxAgeMs: 2 * DAY_MS }, BUILTIN_POLICY_DEFAULTS, tenant).violation).toEqual({
+      field: 'maxAgeMs',
+      requested: 2 * DAY_MS,
+      limitMs: DAY_MS,
+    });
+    expect(resolvePolicies({ maxAgeMs: null }, BUILTIN_POLICY_DEFAULTS, tenant).violation).toMatchObject({
+      requested: null,
+    });
+    const within = resolvePolicies({ maxAgeMs: DAY_MS / 2 }, BUILTIN_POLICY_DEFAULTS, tenant);
+    expect(within.violation).toBeNull();
+    expect(within.policies.maxAgeMs).toBe(DAY_MS / 2);
+    const absent = resolvePolicies({}, BUILTIN_POLICY_DEFAULTS, tenant);
+    expect(absent.violation).toBeNull();
+    expect(absent.policies.maxAgeMs).toBe(DAY_MS);
+    expect(absent.sources.maxAgeMs).toBe('tenant-default');
   });
 
   test('a request field wins, null included (turns the default off); the rest keep the server default', () => {

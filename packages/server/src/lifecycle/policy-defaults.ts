@@ -30,28 +30,60 @@ export const BUILTIN_POLICY_DEFAULTS: Readonly<PolicyDefaults> = Object.freeze({
 });
 
 /** Where the value of one policy comes from. */
-export type PolicySource = 'request' | 'server-default';
+export type PolicySource = 'request' | 'tenant-default' | 'server-default';
 
 /** A create request's policy fields: undefined means "not given" (null is given: the policy is off). */
 export type PolicyRequest = { [K in keyof PolicyDefaults]?: PolicyDefaults[K] | undefined };
 
+/** A tenant's defaults as an admin sets them: a field left out inherits the server default. */
+export type TenantPolicySettings = PolicyRequest & {
+  /** The longest `maxAgeMs` a request may ask for, ms; a request without one gets it. */
+  maxAgeLimitMs?: number | undefined;
+};
+
+/** Why a request's policies break the tenant's limits. */
+export interface PolicyLimitViolation {
+  field: 'maxAgeMs';
+  requested: number | null;
+  limitMs: number;
+}
+
 /**
- * The policies of a new sandbox: each field the request gives wins, the others come from `defaults`.
- * @returns the policies and, per field, where its value comes from
+ * The policies of a new sandbox: each field the request gives wins, then the tenant's default, then the server's.
+ * A tenant's `maxAgeLimitMs` caps `maxAgeMs`: a request above it (or asking for none) is a violation; a default
+ * that is absent or above it becomes the limit.
+ * @returns the policies, per field where its value comes from, and the violation (null when within limits)
  */
 export function resolvePolicies(
   request: PolicyRequest,
-  defaults: Readonly<PolicyDefaults>,
-): { policies: PolicyDefaults; sources: Record<keyof PolicyDefaults, PolicySource> } {
+  server: Readonly<PolicyDefaults>,
+  tenant: Readonly<TenantPolicySettings> = {},
+): {
+  policies: PolicyDefaults;
+  sources: Record<keyof PolicyDefaults, PolicySource>;
+  violation: PolicyLimitViolation | null;
+} {
   const keys = Object.keys(BUILTIN_POLICY_DEFAULTS) as Array<keyof PolicyDefaults>;
-  const policies = { ...defaults } as PolicyDefaults;
+  const policies = { ...server } as PolicyDefaults;
   const sources = {} as Record<keyof PolicyDefaults, PolicySource>;
+  const write = policies as unknown as Record<string, unknown>;
   for (const key of keys) {
     const given = request[key];
-    if (given !== undefined) (policies as unknown as Record<string, unknown>)[key] = given;
-    sources[key] = given === undefined ? 'server-default' : 'request';
+    const tenantValue = tenant[key];
+    if (given !== undefined) write[key] = given;
+    else if (tenantValue !== undefined) write[key] = tenantValue;
+    sources[key] = given !== undefined ? 'request' : tenantValue !== undefined ? 'tenant-default' : 'server-default';
   }
-  return { policies, sources };
+  const limitMs = tenant.maxAgeLimitMs;
+  let violation: PolicyLimitViolation | null = null;
+  if (limitMs !== undefined && (policies.maxAgeMs === null || policies.maxAgeMs > limitMs)) {
+    if (sources.maxAgeMs === 'request') violation = { field: 'maxAgeMs', requested: policies.maxAgeMs, limitMs };
+    else {
+      policies.maxAgeMs = limitMs;
+      sources.maxAgeMs = 'tenant-default';
+    }
+  }
+  return { policies, sources, violation };
 }
 
 /**

@@ -4,7 +4,12 @@ import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { ActivitySnapshot, ActivityTracker } from '../lifecycle/activity-tracker.js';
 import { lifecycleView } from '../lifecycle/expiry-view.js';
-import { BUILTIN_POLICY_DEFAULTS, type PolicyDefaults, resolvePolicies } from '../lifecycle/policy-defaults.js';
+import {
+  BUILTIN_POLICY_DEFAULTS,
+  type PolicyDefaults,
+  resolvePolicies,
+  type TenantPolicySettings,
+} from '../lifecycle/policy-defaults.js';
 import { expiresAtFor } from '../lifecycle/ttl-policy.js';
 import type { WithInTransaction } from '../store/in-transaction.js';
 import {
@@ -72,6 +77,8 @@ export interface SandboxServiceDeps {
   expiryWarningMs?: number | undefined;
   /** Policies a create request leaves out (main.ts reads them from BURROW_DEFAULT_*). @default BUILTIN_POLICY_DEFAULTS */
   policyDefaults?: Readonly<PolicyDefaults> | undefined;
+  /** Per-tenant defaults, applied between the request and {@link policyDefaults} (absent: none). */
+  tenantDefaults?: { settings(tenantId: string): Promise<TenantPolicySettings> } | undefined;
   sandboxes: SandboxStore;
   templates: TemplateService;
   driver: RuntimeDriver;
@@ -164,7 +171,19 @@ export class SandboxService {
             template: { id: snapshot.templateId, name: snapshot.template },
             ref: await this.deps.templates.refById(snapshot.templateId, snapshot.template),
           };
-    const { policies } = resolvePolicies(input, this.deps.policyDefaults ?? BUILTIN_POLICY_DEFAULTS);
+    const tenantSettings = (await this.deps.tenantDefaults?.settings(caller.tenantId)) ?? {};
+    const { policies, violation } = resolvePolicies(
+      input,
+      this.deps.policyDefaults ?? BUILTIN_POLICY_DEFAULTS,
+      tenantSettings,
+    );
+    if (violation !== null) {
+      throw new ApiError(
+        ErrorCode.policyLimitExceeded,
+        `maxAgeMs ${violation.requested ?? 'none'} is above this tenant's limit of ${violation.limitMs} ms`,
+        { hint: `pass maxAgeMs at most ${violation.limitMs}, or leave it out to get the limit`, details: violation },
+      );
+    }
     const resources: Resources =
       snapshot === null
         ? {

@@ -10,6 +10,7 @@ import type { PolicyService } from './policy-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
+import type { TenantDefaultsService } from './tenant-defaults-service.js';
 
 /** Every service the HTTP layer calls. */
 export interface Services {
@@ -29,6 +30,8 @@ export interface Services {
   policies: PolicyService;
   /** Tenant quotas. */
   quotas: QuotaService;
+  /** Per-tenant lifecycle policy defaults. @default absent in the OpenAPI writer */
+  tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
   /** Name of the runtime driver, for `/v1/health`. */

@@ -139,6 +139,13 @@ export interface TenantQuotasTable {
   updated_at: string;
 }
 
+/** `tenant_policy_defaults`: a tenant's lifecycle policy defaults, JSON of the fields an admin set. */
+export interface TenantPolicyDefaultsTable {
+  tenant_id: string;
+  defaults: string;
+  updated_at: string;
+}
+
 /** `sandbox_labels`: one row per label, for portable `key=value` filters. */
 export interface SandboxLabelsTable {
   tenant_id: string;
@@ -175,6 +182,7 @@ export interface DB {
   webhooks: WebhooksTable;
   webhook_deliveries: WebhookDeliveriesTable;
   tenant_quotas: TenantQuotasTable;
+  tenant_policy_defaults: TenantPolicyDefaultsTable;
 }
 
 /** Which SQL engine a database runs on. */
