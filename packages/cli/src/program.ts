@@ -10,6 +10,7 @@ import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
 import { registerTemplateCommands } from './commands/template-commands.js';
+import { registerTenantCommands } from './commands/tenant-commands.js';
 
 /** Mutable outcome of one CLI run, written by commands that choose their own exit code. */
 export interface ProgramContext extends CliContext {
@@ -40,6 +41,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerTemplateCommands(program, context);
   registerKeysCommands(program, context);
   registerLifecycleCommands(program, context);
+  registerTenantCommands(program, context);
   registerServerCommands(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
   return program;

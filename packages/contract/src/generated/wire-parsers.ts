@@ -2549,6 +2549,226 @@ export const TemplateParser: WireParser<z.output<typeof contract.TemplateSchema>
   }),
 };
 
+/** Parses like `TenantDefaultsSchema.safeParse`: the value, or INVALID. */
+export const TenantDefaultsParser: WireParser<z.output<typeof contract.TenantDefaultsSchema>> = {
+  schemaName: 'TenantDefaultsSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^[a-z0-9][a-z0-9-]{0,62}$", "");
+  const c1 = new Set(["pause", "stop", "delete"]);
+  const c2 = isPlainObject;
+  const c3 = Object.prototype.propertyIsEnumerable;
+  const c4 = new Set(["tenant-default", "server-default"]);
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["tenantId"];
+  if (typeof v0 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v0)) return INVALID;
+  const v1 = input["set"];
+  if (typeof v1 !== "object" || v1 === null || Array.isArray(v1)) return INVALID;
+  const v2 = v1["timeoutMs"];
+  let v3 = (() => {
+    let v4;
+    if (v2 !== undefined) {
+      let v5 = null;
+      if (v2 !== null) {
+        if (typeof v2 !== "number" || !Number.isFinite(v2)) return INVALID;
+        if (!Number.isSafeInteger(v2)) return INVALID;
+        if (v2 < 1000) return INVALID;
+        if (v2 > 2592000000) return INVALID;
+        v5 = v2;
+      }
+      v4 = v5;
+    }
+    return v4;
+  })();
+  if (v3 === INVALID) {
+    if ("timeoutMs" in v1) return INVALID;
+    v3 = undefined;
+  }
+  const v6 = v1["timeoutAction"];
+  let v7 = (() => {
+    let v8;
+    if (v6 !== undefined) {
+      if (!c1.has(v6)) return INVALID;
+      v8 = v6;
+    }
+    return v8;
+  })();
+  if (v7 === INVALID) {
+    if ("timeoutAction" in v1) return INVALID;
+    v7 = undefined;
+  }
+  const v9 = v1["idleTimeoutMs"];
+  let v10 = (() => {
+    let v11;
+    if (v9 !== undefined) {
+      let v12 = null;
+      if (v9 !== null) {
+        if (typeof v9 !== "number" || !Number.isFinite(v9)) return INVALID;
+        if (!Number.isSafeInteger(v9)) return INVALID;
+        if (v9 < 1000) return INVALID;
+        if (v9 > 2592000000) return INVALID;
+        v12 = v9;
+      }
+      v11 = v12;
+    }
+    return v11;
+  })();
+  if (v10 === INVALID) {
+    if ("idleTimeoutMs" in v1) return INVALID;
+    v10 = undefined;
+  }
+  const v13 = v1["maxAgeMs"];
+  let v14 = (() => {
+    let v15;
+    if (v13 !== undefined) {
+      let v16 = null;
+      if (v13 !== null) {
+        if (typeof v13 !== "number" || !Number.isFinite(v13)) return INVALID;
+        if (!Number.isSafeInteger(v13)) return INVALID;
+        if (v13 < 1000) return INVALID;
+        if (v13 > 2592000000) return INVALID;
+        v16 = v13;
+      }
+      v15 = v16;
+    }
+    return v15;
+  })();
+  if (v14 === INVALID) {
+    if ("maxAgeMs" in v1) return INVALID;
+    v14 = undefined;
+  }
+  const v17 = v1["pausedRetentionMs"];
+  let v18 = (() => {
+    let v19;
+    if (v17 !== undefined) {
+      let v20 = null;
+      if (v17 !== null) {
+        if (typeof v17 !== "number" || !Number.isFinite(v17)) return INVALID;
+        if (!Number.isSafeInteger(v17)) return INVALID;
+        if (v17 < 1000) return INVALID;
+        if (v17 > 2592000000) return INVALID;
+        v20 = v17;
+      }
+      v19 = v20;
+    }
+    return v19;
+  })();
+  if (v18 === INVALID) {
+    if ("pausedRetentionMs" in v1) return INVALID;
+    v18 = undefined;
+  }
+  const v21 = v1["snapshotKeepLast"];
+  let v22 = (() => {
+    let v23;
+    if (v21 !== undefined) {
+      let v24 = null;
+      if (v21 !== null) {
+        if (typeof v21 !== "number" || !Number.isFinite(v21)) return INVALID;
+        if (!Number.isSafeInteger(v21)) return INVALID;
+        if (v21 < 0) return INVALID;
+        if (v21 > 1000) return INVALID;
+        v24 = v21;
+      }
+      v23 = v24;
+    }
+    return v23;
+  })();
+  if (v22 === INVALID) {
+    if ("snapshotKeepLast" in v1) return INVALID;
+    v22 = undefined;
+  }
+  const v25 = v1["maxAgeLimitMs"];
+  let v26 = (() => {
+    let v27;
+    if (v25 !== undefined) {
+      if (typeof v25 !== "number" || !Number.isFinite(v25)) return INVALID;
+      if (!Number.isSafeInteger(v25)) return INVALID;
+      if (v25 < 1000) return INVALID;
+      if (v25 > 2592000000) return INVALID;
+      v27 = v25;
+    }
+    return v27;
+  })();
+  if (v26 === INVALID) {
+    if ("maxAgeLimitMs" in v1) return INVALID;
+    v26 = undefined;
+  }
+  for (const k in v1) {
+    if (k !== "timeoutMs" && k !== "timeoutAction" && k !== "idleTimeoutMs" && k !== "maxAgeMs" && k !== "pausedRetentionMs" && k !== "snapshotKeepLast" && k !== "maxAgeLimitMs") return INVALID;
+  }
+  const v28 = {};
+  if ("timeoutMs" in v1) v28["timeoutMs"] = v3;
+  if ("timeoutAction" in v1) v28["timeoutAction"] = v7;
+  if ("idleTimeoutMs" in v1) v28["idleTimeoutMs"] = v10;
+  if ("maxAgeMs" in v1) v28["maxAgeMs"] = v14;
+  if ("pausedRetentionMs" in v1) v28["pausedRetentionMs"] = v18;
+  if ("snapshotKeepLast" in v1) v28["snapshotKeepLast"] = v22;
+  if ("maxAgeLimitMs" in v1) v28["maxAgeLimitMs"] = v26;
+  const v29 = input["effective"];
+  if (typeof v29 !== "object" || v29 === null || Array.isArray(v29)) return INVALID;
+  const v30 = v29["timeoutMs"];
+  let v31 = null;
+  if (v30 !== null) {
+    if (typeof v30 !== "number" || !Number.isFinite(v30)) return INVALID;
+    if (!Number.isSafeInteger(v30)) return INVALID;
+    v31 = v30;
+  }
+  const v32 = v29["timeoutAction"];
+  if (!c1.has(v32)) return INVALID;
+  const v33 = v29["idleTimeoutMs"];
+  let v34 = null;
+  if (v33 !== null) {
+    if (typeof v33 !== "number" || !Number.isFinite(v33)) return INVALID;
+    if (!Number.isSafeInteger(v33)) return INVALID;
+    v34 = v33;
+  }
+  const v35 = v29["maxAgeMs"];
+  let v36 = null;
+  if (v35 !== null) {
+    if (typeof v35 !== "number" || !Number.isFinite(v35)) return INVALID;
+    if (!Number.isSafeInteger(v35)) return INVALID;
+    v36 = v35;
+  }
+  const v37 = v29["pausedRetentionMs"];
+  let v38 = null;
+  if (v37 !== null) {
+    if (typeof v37 !== "number" || !Number.isFinite(v37)) return INVALID;
+    if (!Number.isSafeInteger(v37)) return INVALID;
+    v38 = v37;
+  }
+  const v39 = v29["snapshotKeepLast"];
+  let v40 = null;
+  if (v39 !== null) {
+    if (typeof v39 !== "number" || !Number.isFinite(v39)) return INVALID;
+    if (!Number.isSafeInteger(v39)) return INVALID;
+    v40 = v39;
+  }
+  const v41 = { "timeoutMs": v31, "timeoutAction": v32, "idleTimeoutMs": v34, "maxAgeMs": v36, "pausedRetentionMs": v38, "snapshotKeepLast": v40 };
+  const v42 = input["sources"];
+  if (!c2(v42)) return INVALID;
+  const v43 = {};
+  const v46 = Object.getOwnPropertySymbols(v42);
+  const v47 = Object.getOwnPropertyNames(v42);
+  for (let v48 = 0; v48 < v47.length; v48++) {
+    const v44 = v47[v48];
+    if (v44 === "__proto__" || !c3.call(v42, v44)) continue;
+    const v45 = v42[v44];
+    if (!c4.has(v45)) return INVALID;
+    v43[v44] = v45;
+  }
+  for (let v48 = 0; v48 < v46.length; v48++) {
+    const v44 = v46[v48];
+    if (!c3.call(v42, v44)) continue;
+    return INVALID;
+  }
+  const v49 = { "tenantId": v0, "set": v28, "effective": v41, "sources": v43 };
+  return v49;
+  };
+  }),
+};
+
 /** Parses like `WebhookListSchema.safeParse`: the value, or INVALID. */
 export const WebhookListParser: WireParser<z.output<typeof contract.WebhookListSchema>> = {
   schemaName: 'WebhookListSchema',
