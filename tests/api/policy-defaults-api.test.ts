@@ -64,6 +64,14 @@ describe('persistent by default (fixed clock)', () => {
     const sbx = SandboxSchema.parse(res.json());
     expect(sbx).toMatchObject({ timeoutMs: null, timeoutAt: null, idleTimeoutMs: 15 * M, maxAgeMs: null });
     expect(sbx.pausedRetentionMs).toBeNull();
+    expect(sbx.policySources).toEqual({
+      timeoutMs: 'server-default',
+      timeoutAction: 'server-default',
+      idleTimeoutMs: 'server-default',
+      maxAgeMs: 'server-default',
+      pausedRetentionMs: 'server-default',
+      snapshotKeepLast: 'server-default',
+    });
     expect(sbx.expiry).toEqual({ at: new Date(nowMs + 15 * M).toISOString(), action: 'pause', reason: 'idle' });
     nowMs += 15 * M + 1000;
     expect((await burrow.policies.runOnce()).paused).toContain(sbx.id);
@@ -149,6 +157,23 @@ describe('tenant defaults (admin-set, applied at create)', () => {
       pausedRetentionMs: 7 * DAY,
       maxAgeMs: 10 * DAY,
       timeoutMs: null,
+    });
+    expect(after.policySources).toMatchObject({
+      idleTimeoutMs: 'request',
+      pausedRetentionMs: 'tenant-default',
+      maxAgeMs: 'tenant-default',
+      timeoutMs: 'server-default',
+    });
+    const patched = await burrow.app.inject({
+      method: 'PATCH',
+      url: `/v1/sandboxes/${after.id}`,
+      headers: member,
+      payload: { pausedRetentionMs: DAY },
+    });
+    expect(patched.statusCode, patched.body).toBe(200);
+    expect(SandboxSchema.parse(patched.json()).policySources).toMatchObject({
+      pausedRetentionMs: 'request',
+      maxAgeMs: 'tenant-default',
     });
     // The sandbox made before keeps its policies.
     expect((await call('GET', `/v1/sandboxes/${before.id}`, undefined, member)).json()).toMatchObject({

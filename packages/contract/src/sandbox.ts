@@ -127,6 +127,12 @@ export const SandboxSchema = z
     lineage: z.object({ parentId: SandboxIdSchema.nullable(), snapshotId: z.string().nullable() }),
     /** Set while the sandbox is quarantined (no exec or writes except by an admin key; policies leave it alone). */
     quarantine: QuarantineSchema.nullable().optional(),
+    /**
+     * Where each lifecycle policy's value comes from: `request` (the create request or a PATCH), `tenant-default`
+     * (the tenant's admin) or `server-default` (the operator's BURROW_DEFAULT_*). Absent on sandboxes created before
+     * the server recorded it.
+     */
+    policySources: z.record(z.string(), z.enum(['request', 'tenant-default', 'server-default'])).optional(),
     createdAt: InstantSchema,
     updatedAt: InstantSchema,
   })

@@ -1163,6 +1163,7 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
   const c8 = new Set(["pause", "stop", "delete"]);
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
+  const c11 = new Set(["request", "tenant-default", "server-default"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -1389,46 +1390,75 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
       if ("quarantine" in v3) return INVALID;
       v75 = undefined;
     }
-    const v82 = v3["createdAt"];
-    if (typeof v82 !== "string") return INVALID;
+    const v82 = v3["policySources"];
+    let v83 = (() => {
+      let v84;
+      if (v82 !== undefined) {
+        if (!c5(v82)) return INVALID;
+        const v85 = {};
+        const v88 = Object.getOwnPropertySymbols(v82);
+        const v89 = Object.getOwnPropertyNames(v82);
+        for (let v90 = 0; v90 < v89.length; v90++) {
+          const v86 = v89[v90];
+          if (v86 === "__proto__" || !c6.call(v82, v86)) continue;
+          const v87 = v82[v86];
+          if (!c11.has(v87)) return INVALID;
+          v85[v86] = v87;
+        }
+        for (let v90 = 0; v90 < v88.length; v90++) {
+          const v86 = v88[v90];
+          if (!c6.call(v82, v86)) continue;
+          return INVALID;
+        }
+        v84 = v85;
+      }
+      return v84;
+    })();
+    if (v83 === INVALID) {
+      if ("policySources" in v3) return INVALID;
+      v83 = undefined;
+    }
+    const v91 = v3["createdAt"];
+    if (typeof v91 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v82)) return INVALID;
-    const v83 = v3["updatedAt"];
-    if (typeof v83 !== "string") return INVALID;
+    if (!c4.test(v91)) return INVALID;
+    const v92 = v3["updatedAt"];
+    if (typeof v92 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v83)) return INVALID;
-    const v84 = {};
-    v84["id"] = v4;
-    v84["template"] = v5;
-    v84["templateId"] = v6;
-    v84["state"] = v7;
-    v84["conditions"] = v9;
-    v84["env"] = v19;
-    v84["cwd"] = v25;
-    v84["hostname"] = v26;
-    v84["resources"] = v31;
-    v84["labels"] = v33;
-    v84["timeoutMs"] = v40;
-    v84["timeoutAction"] = v41;
-    v84["idleTimeoutMs"] = v43;
-    v84["maxAgeMs"] = v45;
-    v84["pausedRetentionMs"] = v47;
-    v84["snapshotKeepLast"] = v49;
-    v84["expiresAt"] = v51;
-    v84["expiry"] = v53;
-    v84["idleDeadlineAt"] = v59;
-    v84["timeoutAt"] = v61;
-    v84["desiredState"] = v62;
-    v84["autoResume"] = v63;
-    v84["keeps"] = v67;
-    v84["lineage"] = v73;
-    if ("quarantine" in v3) v84["quarantine"] = v75;
-    v84["createdAt"] = v82;
-    v84["updatedAt"] = v83;
-    v1[v2] = v84;
+    if (!c4.test(v92)) return INVALID;
+    const v93 = {};
+    v93["id"] = v4;
+    v93["template"] = v5;
+    v93["templateId"] = v6;
+    v93["state"] = v7;
+    v93["conditions"] = v9;
+    v93["env"] = v19;
+    v93["cwd"] = v25;
+    v93["hostname"] = v26;
+    v93["resources"] = v31;
+    v93["labels"] = v33;
+    v93["timeoutMs"] = v40;
+    v93["timeoutAction"] = v41;
+    v93["idleTimeoutMs"] = v43;
+    v93["maxAgeMs"] = v45;
+    v93["pausedRetentionMs"] = v47;
+    v93["snapshotKeepLast"] = v49;
+    v93["expiresAt"] = v51;
+    v93["expiry"] = v53;
+    v93["idleDeadlineAt"] = v59;
+    v93["timeoutAt"] = v61;
+    v93["desiredState"] = v62;
+    v93["autoResume"] = v63;
+    v93["keeps"] = v67;
+    v93["lineage"] = v73;
+    if ("quarantine" in v3) v93["quarantine"] = v75;
+    if ("policySources" in v3) v93["policySources"] = v83;
+    v93["createdAt"] = v91;
+    v93["updatedAt"] = v92;
+    v1[v2] = v93;
   }
-  const v85 = { "items": v1 };
-  return v85;
+  const v94 = { "items": v1 };
+  return v94;
   };
   }),
 };
@@ -1620,6 +1650,7 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
   const c8 = new Set(["pause", "stop", "delete"]);
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
+  const c11 = new Set(["request", "tenant-default", "server-default"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -1846,52 +1877,81 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
       if ("quarantine" in v3) return INVALID;
       v75 = undefined;
     }
-    const v82 = v3["createdAt"];
-    if (typeof v82 !== "string") return INVALID;
+    const v82 = v3["policySources"];
+    let v83 = (() => {
+      let v84;
+      if (v82 !== undefined) {
+        if (!c5(v82)) return INVALID;
+        const v85 = {};
+        const v88 = Object.getOwnPropertySymbols(v82);
+        const v89 = Object.getOwnPropertyNames(v82);
+        for (let v90 = 0; v90 < v89.length; v90++) {
+          const v86 = v89[v90];
+          if (v86 === "__proto__" || !c6.call(v82, v86)) continue;
+          const v87 = v82[v86];
+          if (!c11.has(v87)) return INVALID;
+          v85[v86] = v87;
+        }
+        for (let v90 = 0; v90 < v88.length; v90++) {
+          const v86 = v88[v90];
+          if (!c6.call(v82, v86)) continue;
+          return INVALID;
+        }
+        v84 = v85;
+      }
+      return v84;
+    })();
+    if (v83 === INVALID) {
+      if ("policySources" in v3) return INVALID;
+      v83 = undefined;
+    }
+    const v91 = v3["createdAt"];
+    if (typeof v91 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v82)) return INVALID;
-    const v83 = v3["updatedAt"];
-    if (typeof v83 !== "string") return INVALID;
+    if (!c4.test(v91)) return INVALID;
+    const v92 = v3["updatedAt"];
+    if (typeof v92 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v83)) return INVALID;
-    const v84 = {};
-    v84["id"] = v4;
-    v84["template"] = v5;
-    v84["templateId"] = v6;
-    v84["state"] = v7;
-    v84["conditions"] = v9;
-    v84["env"] = v19;
-    v84["cwd"] = v25;
-    v84["hostname"] = v26;
-    v84["resources"] = v31;
-    v84["labels"] = v33;
-    v84["timeoutMs"] = v40;
-    v84["timeoutAction"] = v41;
-    v84["idleTimeoutMs"] = v43;
-    v84["maxAgeMs"] = v45;
-    v84["pausedRetentionMs"] = v47;
-    v84["snapshotKeepLast"] = v49;
-    v84["expiresAt"] = v51;
-    v84["expiry"] = v53;
-    v84["idleDeadlineAt"] = v59;
-    v84["timeoutAt"] = v61;
-    v84["desiredState"] = v62;
-    v84["autoResume"] = v63;
-    v84["keeps"] = v67;
-    v84["lineage"] = v73;
-    if ("quarantine" in v3) v84["quarantine"] = v75;
-    v84["createdAt"] = v82;
-    v84["updatedAt"] = v83;
-    v1[v2] = v84;
+    if (!c4.test(v92)) return INVALID;
+    const v93 = {};
+    v93["id"] = v4;
+    v93["template"] = v5;
+    v93["templateId"] = v6;
+    v93["state"] = v7;
+    v93["conditions"] = v9;
+    v93["env"] = v19;
+    v93["cwd"] = v25;
+    v93["hostname"] = v26;
+    v93["resources"] = v31;
+    v93["labels"] = v33;
+    v93["timeoutMs"] = v40;
+    v93["timeoutAction"] = v41;
+    v93["idleTimeoutMs"] = v43;
+    v93["maxAgeMs"] = v45;
+    v93["pausedRetentionMs"] = v47;
+    v93["snapshotKeepLast"] = v49;
+    v93["expiresAt"] = v51;
+    v93["expiry"] = v53;
+    v93["idleDeadlineAt"] = v59;
+    v93["timeoutAt"] = v61;
+    v93["desiredState"] = v62;
+    v93["autoResume"] = v63;
+    v93["keeps"] = v67;
+    v93["lineage"] = v73;
+    if ("quarantine" in v3) v93["quarantine"] = v75;
+    if ("policySources" in v3) v93["policySources"] = v83;
+    v93["createdAt"] = v91;
+    v93["updatedAt"] = v92;
+    v1[v2] = v93;
   }
-  const v85 = input["nextCursor"];
-  let v86 = null;
-  if (v85 !== null) {
-    if (typeof v85 !== "string") return INVALID;
-    v86 = v85;
+  const v94 = input["nextCursor"];
+  let v95 = null;
+  if (v94 !== null) {
+    if (typeof v94 !== "string") return INVALID;
+    v95 = v94;
   }
-  const v87 = { "items": v1, "nextCursor": v86 };
-  return v87;
+  const v96 = { "items": v1, "nextCursor": v95 };
+  return v96;
   };
   }),
 };
@@ -1911,6 +1971,7 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
   const c8 = new Set(["pause", "stop", "delete"]);
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
+  const c11 = new Set(["request", "tenant-default", "server-default"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["id"];
@@ -2131,43 +2192,72 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
     if ("quarantine" in input) return INVALID;
     v71 = undefined;
   }
-  const v78 = input["createdAt"];
-  if (typeof v78 !== "string") return INVALID;
+  const v78 = input["policySources"];
+  let v79 = (() => {
+    let v80;
+    if (v78 !== undefined) {
+      if (!c5(v78)) return INVALID;
+      const v81 = {};
+      const v84 = Object.getOwnPropertySymbols(v78);
+      const v85 = Object.getOwnPropertyNames(v78);
+      for (let v86 = 0; v86 < v85.length; v86++) {
+        const v82 = v85[v86];
+        if (v82 === "__proto__" || !c6.call(v78, v82)) continue;
+        const v83 = v78[v82];
+        if (!c11.has(v83)) return INVALID;
+        v81[v82] = v83;
+      }
+      for (let v86 = 0; v86 < v84.length; v86++) {
+        const v82 = v84[v86];
+        if (!c6.call(v78, v82)) continue;
+        return INVALID;
+      }
+      v80 = v81;
+    }
+    return v80;
+  })();
+  if (v79 === INVALID) {
+    if ("policySources" in input) return INVALID;
+    v79 = undefined;
+  }
+  const v87 = input["createdAt"];
+  if (typeof v87 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v78)) return INVALID;
-  const v79 = input["updatedAt"];
-  if (typeof v79 !== "string") return INVALID;
+  if (!c4.test(v87)) return INVALID;
+  const v88 = input["updatedAt"];
+  if (typeof v88 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v79)) return INVALID;
-  const v80 = {};
-  v80["id"] = v0;
-  v80["template"] = v1;
-  v80["templateId"] = v2;
-  v80["state"] = v3;
-  v80["conditions"] = v5;
-  v80["env"] = v15;
-  v80["cwd"] = v21;
-  v80["hostname"] = v22;
-  v80["resources"] = v27;
-  v80["labels"] = v29;
-  v80["timeoutMs"] = v36;
-  v80["timeoutAction"] = v37;
-  v80["idleTimeoutMs"] = v39;
-  v80["maxAgeMs"] = v41;
-  v80["pausedRetentionMs"] = v43;
-  v80["snapshotKeepLast"] = v45;
-  v80["expiresAt"] = v47;
-  v80["expiry"] = v49;
-  v80["idleDeadlineAt"] = v55;
-  v80["timeoutAt"] = v57;
-  v80["desiredState"] = v58;
-  v80["autoResume"] = v59;
-  v80["keeps"] = v63;
-  v80["lineage"] = v69;
-  if ("quarantine" in input) v80["quarantine"] = v71;
-  v80["createdAt"] = v78;
-  v80["updatedAt"] = v79;
-  return v80;
+  if (!c4.test(v88)) return INVALID;
+  const v89 = {};
+  v89["id"] = v0;
+  v89["template"] = v1;
+  v89["templateId"] = v2;
+  v89["state"] = v3;
+  v89["conditions"] = v5;
+  v89["env"] = v15;
+  v89["cwd"] = v21;
+  v89["hostname"] = v22;
+  v89["resources"] = v27;
+  v89["labels"] = v29;
+  v89["timeoutMs"] = v36;
+  v89["timeoutAction"] = v37;
+  v89["idleTimeoutMs"] = v39;
+  v89["maxAgeMs"] = v41;
+  v89["pausedRetentionMs"] = v43;
+  v89["snapshotKeepLast"] = v45;
+  v89["expiresAt"] = v47;
+  v89["expiry"] = v49;
+  v89["idleDeadlineAt"] = v55;
+  v89["timeoutAt"] = v57;
+  v89["desiredState"] = v58;
+  v89["autoResume"] = v59;
+  v89["keeps"] = v63;
+  v89["lineage"] = v69;
+  if ("quarantine" in input) v89["quarantine"] = v71;
+  if ("policySources" in input) v89["policySources"] = v79;
+  v89["createdAt"] = v87;
+  v89["updatedAt"] = v88;
+  return v89;
   };
   }),
 };

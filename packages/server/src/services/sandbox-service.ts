@@ -133,6 +133,7 @@ export function toSandboxSeen(
     keeps: { filesystem: true, memory: ['running', 'pausing', 'paused', 'resuming'].includes(r.state) },
     lineage: { parentId: r.parentId, snapshotId: r.snapshotId },
     quarantine: r.quarantine ?? null,
+    ...(r.lifecycle?.policySources ? { policySources: r.lifecycle.policySources as Sandbox['policySources'] } : {}),
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
   };
@@ -172,7 +173,7 @@ export class SandboxService {
             ref: await this.deps.templates.refById(snapshot.templateId, snapshot.template),
           };
     const tenantSettings = (await this.deps.tenantDefaults?.settings(caller.tenantId)) ?? {};
-    const { policies, violation } = resolvePolicies(
+    const { policies, sources, violation } = resolvePolicies(
       input,
       this.deps.policyDefaults ?? BUILTIN_POLICY_DEFAULTS,
       tenantSettings,
@@ -210,7 +211,7 @@ export class SandboxService {
         timeoutMs: policies.timeoutMs,
         autoResume: input.autoResume ?? true,
       });
-      if (claimed !== null) return this.adoptClaimed(caller, claimed, policies);
+      if (claimed !== null) return this.adoptClaimed(caller, claimed, policies, sources);
     }
     await this.checkCapacity(resources);
     const id = newId('sbx');
@@ -247,6 +248,7 @@ export class SandboxService {
           maxAgeMs: policies.maxAgeMs,
           pausedRetentionMs: policies.pausedRetentionMs,
           snapshotKeepLast: policies.snapshotKeepLast,
+          policySources: sources,
         },
       };
       await this.deps.sandboxes.insert(record);
@@ -473,13 +475,19 @@ export class SandboxService {
   }
 
   /** Give a sandbox claimed from the warm pool the create request's policies, and record its `created` event. */
-  private async adoptClaimed(caller: Principal, claimed: SandboxRecord, policies: PolicyDefaults): Promise<Sandbox> {
+  private async adoptClaimed(
+    caller: Principal,
+    claimed: SandboxRecord,
+    policies: PolicyDefaults,
+    sources: Record<string, string>,
+  ): Promise<Sandbox> {
     const lifecycle = {
       timeoutAction: policies.timeoutAction,
       idleTimeoutMs: policies.idleTimeoutMs,
       maxAgeMs: policies.maxAgeMs,
       pausedRetentionMs: policies.pausedRetentionMs,
       snapshotKeepLast: policies.snapshotKeepLast,
+      policySources: sources,
     } as const;
     // The `created` event commits with the adoption (a crash keeps both or neither).
     const created = {

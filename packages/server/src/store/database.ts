@@ -57,6 +57,8 @@ export interface SandboxesTable {
   snapshot_keep_last?: number | null;
   /** When the sandbox last became paused (ISO-8601); null when it is not paused. */
   paused_at?: string | null;
+  /** JSON: per policy, where its value comes from (2400); null on older rows. */
+  policy_sources?: string | null;
   /** The deletion deadline (ISO-8601) the last expiry warning event was about. */
   expiry_warned_for?: string | null;
   /** When that warning was recorded. */

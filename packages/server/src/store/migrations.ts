@@ -218,8 +218,10 @@ MIGRATIONS['2400_tenant_policy_defaults'] = {
       .addColumn('defaults', 'text', (c) => c.notNull())
       .addColumn('updated_at', 'text', (c) => c.notNull())
       .execute();
+    await db.schema.alterTable('sandboxes').addColumn('policy_sources', 'text').execute();
   },
   async down(db: Kysely<unknown>) {
+    await db.schema.alterTable('sandboxes').dropColumn('policy_sources').execute();
     await db.schema.dropTable('tenant_policy_defaults').ifExists().execute();
   },
 };

@@ -29,6 +29,8 @@ export interface SandboxLifecycle {
   expiryWarnedFor: string | null;
   /** When that warning was recorded, or null. */
   expiryWarnedAt: string | null;
+  /** Where each policy's value comes from (`request`, `tenant-default`, `server-default`); null on rows made before 2400. */
+  policySources?: Record<string, string> | null | undefined;
 }
 
 /** Lifecycle fields of a row that has none set (rows from before 0300, or records built without them). */
@@ -107,6 +109,9 @@ function lifecycleColumns(l: Partial<SandboxLifecycle>): Partial<SandboxesTable>
   if (l.pausedAt !== undefined) out.paused_at = l.pausedAt;
   if (l.expiryWarnedFor !== undefined) out.expiry_warned_for = l.expiryWarnedFor;
   if (l.expiryWarnedAt !== undefined) out.expiry_warned_at = l.expiryWarnedAt;
+  if (l.policySources !== undefined) {
+    out.policy_sources = l.policySources === null ? null : JSON.stringify(l.policySources);
+  }
   return out;
 }
 
@@ -146,6 +151,7 @@ function toRecord(row: Selectable<SandboxesTable>, envCodec: EnvCodec): SandboxR
       pausedAt: row.paused_at ?? null,
       expiryWarnedFor: row.expiry_warned_for ?? null,
       expiryWarnedAt: row.expiry_warned_at ?? null,
+      policySources: row.policy_sources ? (JSON.parse(row.policy_sources) as Record<string, string>) : null,
     },
   };
 }

@@ -39,11 +39,14 @@ describe.each(testDatabases('tenantdefaults'))('tenant policy defaults on %s', (
     await store.sandboxes.insert(old);
     // The database as it was before this migration: no table, no record of the migration.
     await store.db.schema.dropTable('tenant_policy_defaults').execute();
+    await store.db.schema.alterTable('sandboxes').dropColumn('policy_sources').execute();
     await sql`delete from kysely_migration where name = '2400_tenant_policy_defaults'`.execute(store.db);
     await store.migrate();
     expect(await store.tenantDefaults.get('up')).toEqual({});
     const after = await store.sandboxes.get('up', old.id);
     expect(after).toMatchObject({ timeoutMs: 3_600_000, expiresAt: '2026-11-29T09:00:00.000Z' });
     expect(after?.lifecycle).toMatchObject({ timeoutAction: 'delete', idleTimeoutMs: null, pausedRetentionMs: null });
+    // No recorded sources on rows from before: the view leaves them out rather than guess.
+    expect(after?.lifecycle?.policySources).toBeNull();
   });
 });
