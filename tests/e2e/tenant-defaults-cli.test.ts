@@ -53,4 +53,27 @@ describe('burrow tenant defaults', () => {
     expect(low.code).not.toBe(0);
     expect(low.stderr).toMatch(/invalid_request|idleTimeoutMs/);
   });
+
+  test('sandbox info shows each policy with its source', async () => {
+    const created = await burrow([
+      'sandbox',
+      'create',
+      '--memory',
+      '256',
+      '--timeout',
+      '600000',
+      '--timeout-action',
+      'delete',
+    ]);
+    expect(created.code, created.stderr).toBe(0);
+    const id = created.stdout.trim();
+    try {
+      const info = await burrow(['sandbox', 'info', id]);
+      expect(info.code, info.stderr).toBe(0);
+      expect(info.stdout).toContain('timeout 600000 ms running → delete (request)');
+      expect(info.stdout).toContain('idle 900000 ms → pause (server-default)');
+    } finally {
+      await burrow(['sandbox', 'delete', id]);
+    }
+  });
 });

@@ -307,10 +307,15 @@ function parseNonNegativeInt(value: string, flag: string): number {
 
 function describePolicies(info: SandboxInfo): string {
   const parts: string[] = [];
-  if (info.timeoutMs !== null) parts.push(`timeout ${info.timeoutMs} ms → ${info.timeoutAction}`);
-  if (info.idleTimeoutMs !== null) parts.push(`idle ${info.idleTimeoutMs} ms → pause`);
-  if (info.maxAgeMs !== null) parts.push(`max age ${info.maxAgeMs} ms`);
-  if (info.pausedRetentionMs !== null) parts.push(`paused retention ${info.pausedRetentionMs} ms`);
-  if (info.snapshotKeepLast !== null) parts.push(`keep ${info.snapshotKeepLast} snapshots`);
+  // Each policy with where its value comes from (request, tenant-default, server-default) when the server says.
+  const from = (key: string) => (info.policySources?.[key] === undefined ? '' : ` (${info.policySources[key]})`);
+  if (info.timeoutMs !== null)
+    parts.push(`timeout ${info.timeoutMs} ms running → ${info.timeoutAction}${from('timeoutMs')}`);
+  if (info.idleTimeoutMs !== null) parts.push(`idle ${info.idleTimeoutMs} ms → pause${from('idleTimeoutMs')}`);
+  if (info.maxAgeMs !== null) parts.push(`max age ${info.maxAgeMs} ms${from('maxAgeMs')}`);
+  if (info.pausedRetentionMs !== null) {
+    parts.push(`paused retention ${info.pausedRetentionMs} ms${from('pausedRetentionMs')}`);
+  }
+  if (info.snapshotKeepLast !== null) parts.push(`keep ${info.snapshotKeepLast} snapshots${from('snapshotKeepLast')}`);
   return parts.length === 0 ? 'none' : parts.join('; ');
 }
