@@ -43,6 +43,7 @@ export const DEFAULT_LIFECYCLE: SandboxLifecycle = {
   pausedAt: null,
   expiryWarnedFor: null,
   expiryWarnedAt: null,
+  policySources: null,
 };
 
 /** A sandbox row as the services use it (JSON columns parsed). */
