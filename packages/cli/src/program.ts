@@ -12,6 +12,7 @@ import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
 import { registerTemplateCommands } from './commands/template-commands.js';
+import { registerTenantCommands } from './commands/tenant-commands.js';
 
 /** Mutable outcome of one CLI run, written by commands that choose their own exit code. */
 export interface ProgramContext extends CliContext {
@@ -43,6 +44,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerKeysCommands(program, context);
   registerLifecycleCommands(program, context);
   registerNetworkCommands(program, context);
+  registerTenantCommands(program, context);
   registerServerCommands(program, context);
   registerE2bCommands(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());

@@ -46,6 +46,7 @@ export const WIRE_SCHEMAS = [
   'TemplateBuildEventSchema',
   'TemplateListSchema',
   'TemplateSchema',
+  'TenantDefaultsSchema',
   'WebhookListSchema',
 ] as const satisfies readonly (keyof typeof contract)[];
 

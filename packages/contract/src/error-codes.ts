@@ -91,6 +91,8 @@ export const ErrorCode = {
   sandboxQuarantined: 'sandbox_quarantined',
   /** A tenant quota (running, sandboxes, disk bytes, snapshots) would be exceeded; `details` names which. */
   quotaExceeded: 'quota_exceeded',
+  /** A create request asks for a lifecycle policy beyond the tenant's limit (for example a `maxAgeMs` above it); `details` names it. */
+  policyLimitExceeded: 'policy_limit_exceeded',
   /** No webhook with this id exists for the caller's tenant. */
   webhookNotFound: 'webhook_not_found',
   /**
@@ -155,6 +157,7 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   unsupported: 501,
   sandbox_quarantined: 409,
   quota_exceeded: 429,
+  policy_limit_exceeded: 400,
   webhook_not_found: 404,
   webhook_url_forbidden: 422,
   request_timeout: 408,

@@ -13,3 +13,4 @@ export * from './network-rules.js';
 export * from './sandbox.js';
 export * from './snapshots.js';
 export * from './templates.js';
+export * from './tenant-defaults.js';

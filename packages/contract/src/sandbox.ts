@@ -50,8 +50,6 @@ export type Resources = z.infer<typeof ResourcesSchema>;
 
 /** Default limits applied when a create request leaves them out. */
 export const DEFAULT_RESOURCES: Resources = { cpuCount: 1, memoryMiB: 512, diskMiB: 2048 };
-/** Default sandbox TTL in ms: 3_600_000 (1 hour). Pass `timeoutMs: null` for none. */
-export const DEFAULT_SANDBOX_TIMEOUT_MS = 3_600_000;
 
 /** Body of `POST /v1/sandboxes`. */
 export const CreateSandboxRequestSchema = z
@@ -66,18 +64,21 @@ export const CreateSandboxRequestSchema = z
     memoryMiB: ResourcesSchema.shape.memoryMiB.optional(),
     diskMiB: ResourcesSchema.shape.diskMiB.optional(),
     labels: LabelsSchema.default({}),
-    /** Time to live from creation in ms (1 s to 30 days); the sandbox is deleted when it runs out. `null` for none. @default 3_600_000 (1 hour) */
-    timeoutMs: z.number().int().min(1000).max(2_592_000_000).nullable().default(DEFAULT_SANDBOX_TIMEOUT_MS),
-    /** What the TTL does when it runs out: `pause`, `stop` or `delete`. @default 'delete' */
-    timeoutAction: PolicyFieldsSchema.shape.timeoutAction.default('delete'),
-    /** Pause after this long without activity, ms. @default null (never) */
-    idleTimeoutMs: PolicyFieldsSchema.shape.idleTimeoutMs.default(null),
-    /** Delete this long after creation whatever else happens, ms. @default null (none) */
-    maxAgeMs: PolicyFieldsSchema.shape.maxAgeMs.default(null),
-    /** Delete after staying paused this long, ms. @default null (keep) */
-    pausedRetentionMs: PolicyFieldsSchema.shape.pausedRetentionMs.default(null),
-    /** Keep only the newest N snapshots of this sandbox. @default null (all) */
-    snapshotKeepLast: PolicyFieldsSchema.shape.snapshotKeepLast.default(null),
+    /**
+     * Running-time TTL in ms (1 s to 30 days): the clock runs while the sandbox runs and stops while it is paused.
+     * `null` for none. Left out: the server default (BURROW_DEFAULT_TIMEOUT_MS; built in: none).
+     */
+    timeoutMs: z.number().int().min(1000).max(2_592_000_000).nullable().optional(),
+    /** What the TTL does when it runs out: `pause`, `stop` or `delete`. Left out: the server default (built in: `delete`). */
+    timeoutAction: PolicyFieldsSchema.shape.timeoutAction.optional(),
+    /** Pause after this long without activity, ms; `null`: never. Left out: the server default (built in: 900_000, 15 minutes). */
+    idleTimeoutMs: PolicyFieldsSchema.shape.idleTimeoutMs.optional(),
+    /** Delete this long after creation whatever else happens, ms; `null`: none. Left out: the server default (built in: none). */
+    maxAgeMs: PolicyFieldsSchema.shape.maxAgeMs.optional(),
+    /** Delete after staying paused this long, ms; `null`: keep. Left out: the server default (built in: keep). */
+    pausedRetentionMs: PolicyFieldsSchema.shape.pausedRetentionMs.optional(),
+    /** Keep only the newest N snapshots of this sandbox; `null`: all. Left out: the server default (built in: all). */
+    snapshotKeepLast: PolicyFieldsSchema.shape.snapshotKeepLast.optional(),
     /** Resume a paused sandbox on an exec or files call; when false those calls fail with `sandbox_paused`. @default true */
     autoResume: z.boolean().default(true),
     /** Start from this snapshot (name or `snp_` id) instead of the template; the snapshot's template is used. */
@@ -131,6 +132,12 @@ export const SandboxSchema = z
     quarantine: QuarantineSchema.nullable().optional(),
     /** The network policy in force (and, on a single sandbox, its byte counts). */
     network: SandboxNetworkSchema.optional(),
+    /**
+     * Where each lifecycle policy's value comes from: `request` (the create request or a PATCH), `tenant-default`
+     * (the tenant's admin) or `server-default` (the operator's BURROW_DEFAULT_*). Absent on sandboxes created before
+     * the server recorded it.
+     */
+    policySources: z.record(z.string(), z.enum(['request', 'tenant-default', 'server-default'])).optional(),
     createdAt: InstantSchema,
     updatedAt: InstantSchema,
   })

@@ -196,6 +196,7 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   host_socket_open: CheckpointBlockedError,
   unsupported: UnsupportedError,
   quota_exceeded: QuotaExceededError,
+  policy_limit_exceeded: InvalidRequestError,
   webhook_not_found: WebhookNotFoundError,
   webhook_url_forbidden: WebhookUrlForbiddenError,
   sandbox_quarantined: SandboxQuarantinedError,

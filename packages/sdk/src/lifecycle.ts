@@ -5,10 +5,19 @@ import type {
   EventType,
   Quota,
   QuotaLimits,
+  TenantDefaults,
+  TenantPolicyDefaults,
   Webhook,
 } from '@burrow/contract';
 import type { z } from 'zod';
-import { CreatedWebhookParser, EventListParser, EventParser, QuotaParser, WebhookListParser } from './contract-wire.js';
+import {
+  CreatedWebhookParser,
+  EventListParser,
+  EventParser,
+  QuotaParser,
+  TenantDefaultsParser,
+  WebhookListParser,
+} from './contract-wire.js';
 import { ClientErrorCode, ProtocolError } from './errors.js';
 import { type HttpClient, parseStrict } from './http-client.js';
 import { SseParser } from './sse-parser.js';
@@ -202,6 +211,34 @@ export class Quotas {
    */
   async set(tenantId: string, limits: Partial<QuotaLimits>): Promise<Quota> {
     return this.#http.json(QuotaParser, 'PUT', `/tenants/${encodeURIComponent(tenantId)}/quota`, { json: limits });
+  }
+
+  /**
+   * A tenant's lifecycle policy defaults: what an admin set, what a create naming no policy gets, and the source of
+   * each (`tenant-default` or `server-default`).
+   * @throws `PermissionDeniedError` for another tenant without an admin key.
+   * @example
+   * ```ts
+   * const { effective } = await client.quotas.defaults('acme');
+   * ```
+   */
+  async defaults(tenantId: string): Promise<TenantDefaults> {
+    return this.#http.json(TenantDefaultsParser, 'GET', `/tenants/${encodeURIComponent(tenantId)}/defaults`);
+  }
+
+  /**
+   * Replaces a tenant's lifecycle policy defaults (admin keys only); a field left out inherits the server default,
+   * null turns the policy off. Only sandboxes created afterwards get them.
+   * @throws `PermissionDeniedError` without an admin key; `InvalidRequestError` for values out of range.
+   * @example
+   * ```ts
+   * await client.quotas.setDefaults('acme', { idleTimeoutMs: 300_000, pausedRetentionMs: 604_800_000 });
+   * ```
+   */
+  async setDefaults(tenantId: string, defaults: TenantPolicyDefaults): Promise<TenantDefaults> {
+    return this.#http.json(TenantDefaultsParser, 'PUT', `/tenants/${encodeURIComponent(tenantId)}/defaults`, {
+      json: defaults,
+    });
   }
 }
 

@@ -310,7 +310,8 @@ export class Sandbox {
   /**
    * Creates a sandbox and waits until it runs.
    * @param options - the create request (`template` default `'base'`, `cpuCount`, `memoryMiB`, `diskMiB`, `env`,
-   * `cwd`, `labels`, `timeoutMs` TTL default 3_600_000 (1 hour), `null` for none) and connection options.
+   * `cwd`, `labels`, `timeoutMs` running-time TTL, `null` for none; each policy left out takes the server default, built in: no TTL,
+   * pause after 15 minutes idle) and connection options.
    * @returns a handle on the running sandbox.
    * @throws `TemplateNotFoundError` for an unknown template; `InvalidRequestError` for bad limits or labels;
    * `AuthenticationError`; `ServerError` when the runtime fails; `ConnectionError` when the server cannot be reached.

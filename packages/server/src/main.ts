@@ -13,6 +13,7 @@ import type { ZodApp } from './http/zod-app.js';
 import { ActivityTracker } from './lifecycle/activity-tracker.js';
 import { ActorContext } from './lifecycle/actor-context.js';
 import { hasRunningCommand } from './lifecycle/command-activity-probe.js';
+import { type PolicyDefaults, policyDefaultsFromEnv } from './lifecycle/policy-defaults.js';
 import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
 import { type NetworkConfig, networkConfigFrom } from './network-config.js';
@@ -34,6 +35,7 @@ import { openS3SnapshotStore, parseS3Url, type SnapshotStoreConfig } from './ser
 import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
+import { TenantDefaultsService } from './services/tenant-defaults-service.js';
 import { parseWarmPool, WarmPool, type WarmPoolTarget } from './services/warm-pool.js';
 import { WebhookDispatcher } from './services/webhook-dispatcher.js';
 import { EventStore } from './store/event-store.js';
@@ -89,6 +91,12 @@ export interface Config {
   orphanGraceMs: number;
   /** Time between lifecycle policy passes (TTL, idle, max age, retention), ms. @default 1000 (1 s) (BURROW_POLICY_INTERVAL_MS) */
   policyIntervalMs: number;
+  /**
+   * Lifecycle policies a create request leaves out. @default persistent: no TTL, pause after 15 minutes idle, never
+   * deleted by policy (BURROW_DEFAULT_TIMEOUT_MS, _TIMEOUT_ACTION, _IDLE_TIMEOUT_MS, _MAX_AGE_MS, _PAUSED_RETENTION_MS,
+   * _SNAPSHOT_KEEP_LAST; a duration of `none` turns that policy off)
+   */
+  policyDefaults: PolicyDefaults;
   /** How long before a deletion by policy its `warning` event comes, ms. @default 300_000 (5 minutes) (BURROW_EXPIRY_WARNING_MS) */
   expiryWarningMs: number;
   /** First webhook retry delay; doubles per attempt, ms. @default 1000 (1 s) (BURROW_WEBHOOK_RETRY_BASE_MS) */
@@ -220,6 +228,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     orphanGraceMs: overrides.orphanGraceMs ?? intFrom(env.BURROW_ORPHAN_GRACE_MS, 'BURROW_ORPHAN_GRACE_MS', 60_000),
     policyIntervalMs:
       overrides.policyIntervalMs ?? intFrom(env.BURROW_POLICY_INTERVAL_MS, 'BURROW_POLICY_INTERVAL_MS', 1000),
+    policyDefaults: overrides.policyDefaults ?? policyDefaultsFromEnv(env),
     expiryWarningMs:
       overrides.expiryWarningMs ?? intFrom(env.BURROW_EXPIRY_WARNING_MS, 'BURROW_EXPIRY_WARNING_MS', 300_000),
     webhookRetryBaseMs:
@@ -416,6 +425,11 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     },
     config.warmPool,
   );
+  const tenantDefaults = new TenantDefaultsService({
+    store: store.tenantDefaults,
+    serverDefaults: config.policyDefaults,
+    clock,
+  });
   const sandboxes: SandboxService = new SandboxService({
     pool,
     network: { defaultMode: config.network?.defaultMode ?? 'none' },
@@ -424,6 +438,8 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     driver,
     activity,
     expiryWarningMs: config.expiryWarningMs,
+    policyDefaults: config.policyDefaults,
+    tenantDefaults,
     events,
     capacity: deps.capacity ?? hostCapacity(config.dataDir),
     snapshots: store.snapshots,
@@ -470,6 +486,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     }),
     quotas: new QuotaService({ quotas: store.sandboxes.quotas, clock }),
     network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
+    tenantDefaults,
     activity,
     driverName: driver.name,
   };

@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk, printJson } from '../cli-context.js';
 import { UsageError } from '../exit-codes.js';
 import { collect, parsePositiveInt } from '../key-value-parse.js';
+import { defaultsRows } from './tenant-commands.js';
 
 async function eventTypes(values: string[] | undefined): Promise<EventType[]> {
   const { EVENT_TYPES } = await import('@burrow/contract/wire');
@@ -132,6 +133,9 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
           ],
         ),
       );
+      // The lifecycle defaults the tenant's new sandboxes get, with their source.
+      const defaults = await client.quotas.defaults(quota.tenantId);
+      context.stdout.write(formatTable(['TENANT', 'POLICY', 'DEFAULT', 'SOURCE'], defaultsRows(defaults)));
     });
 
   const webhooks = program.command('webhooks').description('webhooks: signed POSTs of each event to your URL');

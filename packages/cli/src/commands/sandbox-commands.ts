@@ -50,11 +50,26 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--disk <mib>', 'disk limit in MiB (default: 2048)')
     .option('--env <K=V>', 'environment variable for every command (repeatable)', collect)
     .option('--label <K=V>', 'label (repeatable)', collect)
-    .option('--timeout <ms>', 'time to live in ms, or "none" (default: 3600000, 1 hour)')
-    .option('--timeout-action <action>', 'what the TTL does: delete, pause or stop (default: delete)')
-    .option('--idle-timeout <ms>', 'pause after this long without activity, ms (default: never)')
-    .option('--max-age <ms>', 'delete this long after creation whatever happens, ms (default: never)')
-    .option('--paused-retention <ms>', 'delete after staying paused this long, ms (default: keep)')
+    .option(
+      '--timeout <ms>',
+      'running-time TTL in ms (stops while paused), or "none" (default: the server\'s, built in: none)',
+    )
+    .option(
+      '--timeout-action <action>',
+      "what the TTL does: delete, pause or stop (default: the server's, built in: delete)",
+    )
+    .option(
+      '--idle-timeout <ms>',
+      'pause after this long without activity, ms, or "none" (default: the server\'s, built in: 900000, 15 min)',
+    )
+    .option(
+      '--max-age <ms>',
+      "delete this long after creation whatever happens, ms (default: the server's, built in: never)",
+    )
+    .option(
+      '--paused-retention <ms>',
+      "delete after staying paused this long, ms (default: the server's, built in: keep)",
+    )
     .option('--keep-snapshots <n>', 'keep only the newest N snapshots of this sandbox (default: all)')
     .option('--from-snapshot <name>', 'start from this snapshot (name or id), processes and memory included')
     .option('--fs-only', 'with --from-snapshot: boot on its files only, without its processes and memory')
@@ -297,10 +312,15 @@ function parseNonNegativeInt(value: string, flag: string): number {
 
 function describePolicies(info: SandboxInfo): string {
   const parts: string[] = [];
-  if (info.timeoutMs !== null) parts.push(`timeout ${info.timeoutMs} ms → ${info.timeoutAction}`);
-  if (info.idleTimeoutMs !== null) parts.push(`idle ${info.idleTimeoutMs} ms → pause`);
-  if (info.maxAgeMs !== null) parts.push(`max age ${info.maxAgeMs} ms`);
-  if (info.pausedRetentionMs !== null) parts.push(`paused retention ${info.pausedRetentionMs} ms`);
-  if (info.snapshotKeepLast !== null) parts.push(`keep ${info.snapshotKeepLast} snapshots`);
+  // Each policy with where its value comes from (request, tenant-default, server-default) when the server says.
+  const from = (key: string) => (info.policySources?.[key] === undefined ? '' : ` (${info.policySources[key]})`);
+  if (info.timeoutMs !== null)
+    parts.push(`timeout ${info.timeoutMs} ms running → ${info.timeoutAction}${from('timeoutMs')}`);
+  if (info.idleTimeoutMs !== null) parts.push(`idle ${info.idleTimeoutMs} ms → pause${from('idleTimeoutMs')}`);
+  if (info.maxAgeMs !== null) parts.push(`max age ${info.maxAgeMs} ms${from('maxAgeMs')}`);
+  if (info.pausedRetentionMs !== null) {
+    parts.push(`paused retention ${info.pausedRetentionMs} ms${from('pausedRetentionMs')}`);
+  }
+  if (info.snapshotKeepLast !== null) parts.push(`keep ${info.snapshotKeepLast} snapshots${from('snapshotKeepLast')}`);
   return parts.length === 0 ? 'none' : parts.join('; ');
 }

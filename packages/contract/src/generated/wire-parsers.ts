@@ -571,7 +571,7 @@ export const CreatedWebhookParser: WireParser<z.output<typeof contract.CreatedWe
 export const ErrorEnvelopeParser: WireParser<z.output<typeof contract.ErrorEnvelopeSchema>> = {
   schemaName: 'ErrorEnvelopeSchema',
   parse: lazyParser(() => {
-  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "internal_error"]);
+  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "internal_error"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["error"];
@@ -1164,6 +1164,7 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
+  const c12 = new Set(["request", "tenant-default", "server-default"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -1456,47 +1457,76 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
       if ("network" in v3) return INVALID;
       v83 = undefined;
     }
-    const v103 = v3["createdAt"];
-    if (typeof v103 !== "string") return INVALID;
+    const v103 = v3["policySources"];
+    let v104 = (() => {
+      let v105;
+      if (v103 !== undefined) {
+        if (!c5(v103)) return INVALID;
+        const v106 = {};
+        const v109 = Object.getOwnPropertySymbols(v103);
+        const v110 = Object.getOwnPropertyNames(v103);
+        for (let v111 = 0; v111 < v110.length; v111++) {
+          const v107 = v110[v111];
+          if (v107 === "__proto__" || !c6.call(v103, v107)) continue;
+          const v108 = v103[v107];
+          if (!c12.has(v108)) return INVALID;
+          v106[v107] = v108;
+        }
+        for (let v111 = 0; v111 < v109.length; v111++) {
+          const v107 = v109[v111];
+          if (!c6.call(v103, v107)) continue;
+          return INVALID;
+        }
+        v105 = v106;
+      }
+      return v105;
+    })();
+    if (v104 === INVALID) {
+      if ("policySources" in v3) return INVALID;
+      v104 = undefined;
+    }
+    const v112 = v3["createdAt"];
+    if (typeof v112 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v103)) return INVALID;
-    const v104 = v3["updatedAt"];
-    if (typeof v104 !== "string") return INVALID;
+    if (!c4.test(v112)) return INVALID;
+    const v113 = v3["updatedAt"];
+    if (typeof v113 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v104)) return INVALID;
-    const v105 = {};
-    v105["id"] = v4;
-    v105["template"] = v5;
-    v105["templateId"] = v6;
-    v105["state"] = v7;
-    v105["conditions"] = v9;
-    v105["env"] = v19;
-    v105["cwd"] = v25;
-    v105["hostname"] = v26;
-    v105["resources"] = v31;
-    v105["labels"] = v33;
-    v105["timeoutMs"] = v40;
-    v105["timeoutAction"] = v41;
-    v105["idleTimeoutMs"] = v43;
-    v105["maxAgeMs"] = v45;
-    v105["pausedRetentionMs"] = v47;
-    v105["snapshotKeepLast"] = v49;
-    v105["expiresAt"] = v51;
-    v105["expiry"] = v53;
-    v105["idleDeadlineAt"] = v59;
-    v105["timeoutAt"] = v61;
-    v105["desiredState"] = v62;
-    v105["autoResume"] = v63;
-    v105["keeps"] = v67;
-    v105["lineage"] = v73;
-    if ("quarantine" in v3) v105["quarantine"] = v75;
-    if ("network" in v3) v105["network"] = v83;
-    v105["createdAt"] = v103;
-    v105["updatedAt"] = v104;
-    v1[v2] = v105;
+    if (!c4.test(v113)) return INVALID;
+    const v114 = {};
+    v114["id"] = v4;
+    v114["template"] = v5;
+    v114["templateId"] = v6;
+    v114["state"] = v7;
+    v114["conditions"] = v9;
+    v114["env"] = v19;
+    v114["cwd"] = v25;
+    v114["hostname"] = v26;
+    v114["resources"] = v31;
+    v114["labels"] = v33;
+    v114["timeoutMs"] = v40;
+    v114["timeoutAction"] = v41;
+    v114["idleTimeoutMs"] = v43;
+    v114["maxAgeMs"] = v45;
+    v114["pausedRetentionMs"] = v47;
+    v114["snapshotKeepLast"] = v49;
+    v114["expiresAt"] = v51;
+    v114["expiry"] = v53;
+    v114["idleDeadlineAt"] = v59;
+    v114["timeoutAt"] = v61;
+    v114["desiredState"] = v62;
+    v114["autoResume"] = v63;
+    v114["keeps"] = v67;
+    v114["lineage"] = v73;
+    if ("quarantine" in v3) v114["quarantine"] = v75;
+    if ("network" in v3) v114["network"] = v83;
+    if ("policySources" in v3) v114["policySources"] = v104;
+    v114["createdAt"] = v112;
+    v114["updatedAt"] = v113;
+    v1[v2] = v114;
   }
-  const v106 = { "items": v1 };
-  return v106;
+  const v115 = { "items": v1 };
+  return v115;
   };
   }),
 };
@@ -1689,6 +1719,7 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
+  const c12 = new Set(["request", "tenant-default", "server-default"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -1981,53 +2012,82 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
       if ("network" in v3) return INVALID;
       v83 = undefined;
     }
-    const v103 = v3["createdAt"];
-    if (typeof v103 !== "string") return INVALID;
+    const v103 = v3["policySources"];
+    let v104 = (() => {
+      let v105;
+      if (v103 !== undefined) {
+        if (!c5(v103)) return INVALID;
+        const v106 = {};
+        const v109 = Object.getOwnPropertySymbols(v103);
+        const v110 = Object.getOwnPropertyNames(v103);
+        for (let v111 = 0; v111 < v110.length; v111++) {
+          const v107 = v110[v111];
+          if (v107 === "__proto__" || !c6.call(v103, v107)) continue;
+          const v108 = v103[v107];
+          if (!c12.has(v108)) return INVALID;
+          v106[v107] = v108;
+        }
+        for (let v111 = 0; v111 < v109.length; v111++) {
+          const v107 = v109[v111];
+          if (!c6.call(v103, v107)) continue;
+          return INVALID;
+        }
+        v105 = v106;
+      }
+      return v105;
+    })();
+    if (v104 === INVALID) {
+      if ("policySources" in v3) return INVALID;
+      v104 = undefined;
+    }
+    const v112 = v3["createdAt"];
+    if (typeof v112 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v103)) return INVALID;
-    const v104 = v3["updatedAt"];
-    if (typeof v104 !== "string") return INVALID;
+    if (!c4.test(v112)) return INVALID;
+    const v113 = v3["updatedAt"];
+    if (typeof v113 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v104)) return INVALID;
-    const v105 = {};
-    v105["id"] = v4;
-    v105["template"] = v5;
-    v105["templateId"] = v6;
-    v105["state"] = v7;
-    v105["conditions"] = v9;
-    v105["env"] = v19;
-    v105["cwd"] = v25;
-    v105["hostname"] = v26;
-    v105["resources"] = v31;
-    v105["labels"] = v33;
-    v105["timeoutMs"] = v40;
-    v105["timeoutAction"] = v41;
-    v105["idleTimeoutMs"] = v43;
-    v105["maxAgeMs"] = v45;
-    v105["pausedRetentionMs"] = v47;
-    v105["snapshotKeepLast"] = v49;
-    v105["expiresAt"] = v51;
-    v105["expiry"] = v53;
-    v105["idleDeadlineAt"] = v59;
-    v105["timeoutAt"] = v61;
-    v105["desiredState"] = v62;
-    v105["autoResume"] = v63;
-    v105["keeps"] = v67;
-    v105["lineage"] = v73;
-    if ("quarantine" in v3) v105["quarantine"] = v75;
-    if ("network" in v3) v105["network"] = v83;
-    v105["createdAt"] = v103;
-    v105["updatedAt"] = v104;
-    v1[v2] = v105;
+    if (!c4.test(v113)) return INVALID;
+    const v114 = {};
+    v114["id"] = v4;
+    v114["template"] = v5;
+    v114["templateId"] = v6;
+    v114["state"] = v7;
+    v114["conditions"] = v9;
+    v114["env"] = v19;
+    v114["cwd"] = v25;
+    v114["hostname"] = v26;
+    v114["resources"] = v31;
+    v114["labels"] = v33;
+    v114["timeoutMs"] = v40;
+    v114["timeoutAction"] = v41;
+    v114["idleTimeoutMs"] = v43;
+    v114["maxAgeMs"] = v45;
+    v114["pausedRetentionMs"] = v47;
+    v114["snapshotKeepLast"] = v49;
+    v114["expiresAt"] = v51;
+    v114["expiry"] = v53;
+    v114["idleDeadlineAt"] = v59;
+    v114["timeoutAt"] = v61;
+    v114["desiredState"] = v62;
+    v114["autoResume"] = v63;
+    v114["keeps"] = v67;
+    v114["lineage"] = v73;
+    if ("quarantine" in v3) v114["quarantine"] = v75;
+    if ("network" in v3) v114["network"] = v83;
+    if ("policySources" in v3) v114["policySources"] = v104;
+    v114["createdAt"] = v112;
+    v114["updatedAt"] = v113;
+    v1[v2] = v114;
   }
-  const v106 = input["nextCursor"];
-  let v107 = null;
-  if (v106 !== null) {
-    if (typeof v106 !== "string") return INVALID;
-    v107 = v106;
+  const v115 = input["nextCursor"];
+  let v116 = null;
+  if (v115 !== null) {
+    if (typeof v115 !== "string") return INVALID;
+    v116 = v115;
   }
-  const v108 = { "items": v1, "nextCursor": v107 };
-  return v108;
+  const v117 = { "items": v1, "nextCursor": v116 };
+  return v117;
   };
   }),
 };
@@ -2048,6 +2108,7 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
   const c9 = new Set(["timeout", "idle", "max-age", "paused-retention", "snapshot-retention"]);
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
+  const c12 = new Set(["request", "tenant-default", "server-default"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["id"];
@@ -2334,44 +2395,73 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
     if ("network" in input) return INVALID;
     v79 = undefined;
   }
-  const v99 = input["createdAt"];
-  if (typeof v99 !== "string") return INVALID;
+  const v99 = input["policySources"];
+  let v100 = (() => {
+    let v101;
+    if (v99 !== undefined) {
+      if (!c5(v99)) return INVALID;
+      const v102 = {};
+      const v105 = Object.getOwnPropertySymbols(v99);
+      const v106 = Object.getOwnPropertyNames(v99);
+      for (let v107 = 0; v107 < v106.length; v107++) {
+        const v103 = v106[v107];
+        if (v103 === "__proto__" || !c6.call(v99, v103)) continue;
+        const v104 = v99[v103];
+        if (!c12.has(v104)) return INVALID;
+        v102[v103] = v104;
+      }
+      for (let v107 = 0; v107 < v105.length; v107++) {
+        const v103 = v105[v107];
+        if (!c6.call(v99, v103)) continue;
+        return INVALID;
+      }
+      v101 = v102;
+    }
+    return v101;
+  })();
+  if (v100 === INVALID) {
+    if ("policySources" in input) return INVALID;
+    v100 = undefined;
+  }
+  const v108 = input["createdAt"];
+  if (typeof v108 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v99)) return INVALID;
-  const v100 = input["updatedAt"];
-  if (typeof v100 !== "string") return INVALID;
+  if (!c4.test(v108)) return INVALID;
+  const v109 = input["updatedAt"];
+  if (typeof v109 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v100)) return INVALID;
-  const v101 = {};
-  v101["id"] = v0;
-  v101["template"] = v1;
-  v101["templateId"] = v2;
-  v101["state"] = v3;
-  v101["conditions"] = v5;
-  v101["env"] = v15;
-  v101["cwd"] = v21;
-  v101["hostname"] = v22;
-  v101["resources"] = v27;
-  v101["labels"] = v29;
-  v101["timeoutMs"] = v36;
-  v101["timeoutAction"] = v37;
-  v101["idleTimeoutMs"] = v39;
-  v101["maxAgeMs"] = v41;
-  v101["pausedRetentionMs"] = v43;
-  v101["snapshotKeepLast"] = v45;
-  v101["expiresAt"] = v47;
-  v101["expiry"] = v49;
-  v101["idleDeadlineAt"] = v55;
-  v101["timeoutAt"] = v57;
-  v101["desiredState"] = v58;
-  v101["autoResume"] = v59;
-  v101["keeps"] = v63;
-  v101["lineage"] = v69;
-  if ("quarantine" in input) v101["quarantine"] = v71;
-  if ("network" in input) v101["network"] = v79;
-  v101["createdAt"] = v99;
-  v101["updatedAt"] = v100;
-  return v101;
+  if (!c4.test(v109)) return INVALID;
+  const v110 = {};
+  v110["id"] = v0;
+  v110["template"] = v1;
+  v110["templateId"] = v2;
+  v110["state"] = v3;
+  v110["conditions"] = v5;
+  v110["env"] = v15;
+  v110["cwd"] = v21;
+  v110["hostname"] = v22;
+  v110["resources"] = v27;
+  v110["labels"] = v29;
+  v110["timeoutMs"] = v36;
+  v110["timeoutAction"] = v37;
+  v110["idleTimeoutMs"] = v39;
+  v110["maxAgeMs"] = v41;
+  v110["pausedRetentionMs"] = v43;
+  v110["snapshotKeepLast"] = v45;
+  v110["expiresAt"] = v47;
+  v110["expiry"] = v49;
+  v110["idleDeadlineAt"] = v55;
+  v110["timeoutAt"] = v57;
+  v110["desiredState"] = v58;
+  v110["autoResume"] = v59;
+  v110["keeps"] = v63;
+  v110["lineage"] = v69;
+  if ("quarantine" in input) v110["quarantine"] = v71;
+  if ("network" in input) v110["network"] = v79;
+  if ("policySources" in input) v110["policySources"] = v100;
+  v110["createdAt"] = v108;
+  v110["updatedAt"] = v109;
+  return v110;
   };
   }),
 };
@@ -2799,6 +2889,226 @@ export const TemplateParser: WireParser<z.output<typeof contract.TemplateSchema>
   }
   const v17 = { "name": v0, "id": v1, "state": v2, "from": v4, "apt": v6, "run": v10, "sizeBytes": v13, "createdAt": v14, "error": v16 };
   return v17;
+  };
+  }),
+};
+
+/** Parses like `TenantDefaultsSchema.safeParse`: the value, or INVALID. */
+export const TenantDefaultsParser: WireParser<z.output<typeof contract.TenantDefaultsSchema>> = {
+  schemaName: 'TenantDefaultsSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^[a-z0-9][a-z0-9-]{0,62}$", "");
+  const c1 = new Set(["pause", "stop", "delete"]);
+  const c2 = isPlainObject;
+  const c3 = Object.prototype.propertyIsEnumerable;
+  const c4 = new Set(["tenant-default", "server-default"]);
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["tenantId"];
+  if (typeof v0 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v0)) return INVALID;
+  const v1 = input["set"];
+  if (typeof v1 !== "object" || v1 === null || Array.isArray(v1)) return INVALID;
+  const v2 = v1["timeoutMs"];
+  let v3 = (() => {
+    let v4;
+    if (v2 !== undefined) {
+      let v5 = null;
+      if (v2 !== null) {
+        if (typeof v2 !== "number" || !Number.isFinite(v2)) return INVALID;
+        if (!Number.isSafeInteger(v2)) return INVALID;
+        if (v2 < 1000) return INVALID;
+        if (v2 > 2592000000) return INVALID;
+        v5 = v2;
+      }
+      v4 = v5;
+    }
+    return v4;
+  })();
+  if (v3 === INVALID) {
+    if ("timeoutMs" in v1) return INVALID;
+    v3 = undefined;
+  }
+  const v6 = v1["timeoutAction"];
+  let v7 = (() => {
+    let v8;
+    if (v6 !== undefined) {
+      if (!c1.has(v6)) return INVALID;
+      v8 = v6;
+    }
+    return v8;
+  })();
+  if (v7 === INVALID) {
+    if ("timeoutAction" in v1) return INVALID;
+    v7 = undefined;
+  }
+  const v9 = v1["idleTimeoutMs"];
+  let v10 = (() => {
+    let v11;
+    if (v9 !== undefined) {
+      let v12 = null;
+      if (v9 !== null) {
+        if (typeof v9 !== "number" || !Number.isFinite(v9)) return INVALID;
+        if (!Number.isSafeInteger(v9)) return INVALID;
+        if (v9 < 1000) return INVALID;
+        if (v9 > 2592000000) return INVALID;
+        v12 = v9;
+      }
+      v11 = v12;
+    }
+    return v11;
+  })();
+  if (v10 === INVALID) {
+    if ("idleTimeoutMs" in v1) return INVALID;
+    v10 = undefined;
+  }
+  const v13 = v1["maxAgeMs"];
+  let v14 = (() => {
+    let v15;
+    if (v13 !== undefined) {
+      let v16 = null;
+      if (v13 !== null) {
+        if (typeof v13 !== "number" || !Number.isFinite(v13)) return INVALID;
+        if (!Number.isSafeInteger(v13)) return INVALID;
+        if (v13 < 1000) return INVALID;
+        if (v13 > 2592000000) return INVALID;
+        v16 = v13;
+      }
+      v15 = v16;
+    }
+    return v15;
+  })();
+  if (v14 === INVALID) {
+    if ("maxAgeMs" in v1) return INVALID;
+    v14 = undefined;
+  }
+  const v17 = v1["pausedRetentionMs"];
+  let v18 = (() => {
+    let v19;
+    if (v17 !== undefined) {
+      let v20 = null;
+      if (v17 !== null) {
+        if (typeof v17 !== "number" || !Number.isFinite(v17)) return INVALID;
+        if (!Number.isSafeInteger(v17)) return INVALID;
+        if (v17 < 1000) return INVALID;
+        if (v17 > 2592000000) return INVALID;
+        v20 = v17;
+      }
+      v19 = v20;
+    }
+    return v19;
+  })();
+  if (v18 === INVALID) {
+    if ("pausedRetentionMs" in v1) return INVALID;
+    v18 = undefined;
+  }
+  const v21 = v1["snapshotKeepLast"];
+  let v22 = (() => {
+    let v23;
+    if (v21 !== undefined) {
+      let v24 = null;
+      if (v21 !== null) {
+        if (typeof v21 !== "number" || !Number.isFinite(v21)) return INVALID;
+        if (!Number.isSafeInteger(v21)) return INVALID;
+        if (v21 < 0) return INVALID;
+        if (v21 > 1000) return INVALID;
+        v24 = v21;
+      }
+      v23 = v24;
+    }
+    return v23;
+  })();
+  if (v22 === INVALID) {
+    if ("snapshotKeepLast" in v1) return INVALID;
+    v22 = undefined;
+  }
+  const v25 = v1["maxAgeLimitMs"];
+  let v26 = (() => {
+    let v27;
+    if (v25 !== undefined) {
+      if (typeof v25 !== "number" || !Number.isFinite(v25)) return INVALID;
+      if (!Number.isSafeInteger(v25)) return INVALID;
+      if (v25 < 1000) return INVALID;
+      if (v25 > 2592000000) return INVALID;
+      v27 = v25;
+    }
+    return v27;
+  })();
+  if (v26 === INVALID) {
+    if ("maxAgeLimitMs" in v1) return INVALID;
+    v26 = undefined;
+  }
+  for (const k in v1) {
+    if (k !== "timeoutMs" && k !== "timeoutAction" && k !== "idleTimeoutMs" && k !== "maxAgeMs" && k !== "pausedRetentionMs" && k !== "snapshotKeepLast" && k !== "maxAgeLimitMs") return INVALID;
+  }
+  const v28 = {};
+  if ("timeoutMs" in v1) v28["timeoutMs"] = v3;
+  if ("timeoutAction" in v1) v28["timeoutAction"] = v7;
+  if ("idleTimeoutMs" in v1) v28["idleTimeoutMs"] = v10;
+  if ("maxAgeMs" in v1) v28["maxAgeMs"] = v14;
+  if ("pausedRetentionMs" in v1) v28["pausedRetentionMs"] = v18;
+  if ("snapshotKeepLast" in v1) v28["snapshotKeepLast"] = v22;
+  if ("maxAgeLimitMs" in v1) v28["maxAgeLimitMs"] = v26;
+  const v29 = input["effective"];
+  if (typeof v29 !== "object" || v29 === null || Array.isArray(v29)) return INVALID;
+  const v30 = v29["timeoutMs"];
+  let v31 = null;
+  if (v30 !== null) {
+    if (typeof v30 !== "number" || !Number.isFinite(v30)) return INVALID;
+    if (!Number.isSafeInteger(v30)) return INVALID;
+    v31 = v30;
+  }
+  const v32 = v29["timeoutAction"];
+  if (!c1.has(v32)) return INVALID;
+  const v33 = v29["idleTimeoutMs"];
+  let v34 = null;
+  if (v33 !== null) {
+    if (typeof v33 !== "number" || !Number.isFinite(v33)) return INVALID;
+    if (!Number.isSafeInteger(v33)) return INVALID;
+    v34 = v33;
+  }
+  const v35 = v29["maxAgeMs"];
+  let v36 = null;
+  if (v35 !== null) {
+    if (typeof v35 !== "number" || !Number.isFinite(v35)) return INVALID;
+    if (!Number.isSafeInteger(v35)) return INVALID;
+    v36 = v35;
+  }
+  const v37 = v29["pausedRetentionMs"];
+  let v38 = null;
+  if (v37 !== null) {
+    if (typeof v37 !== "number" || !Number.isFinite(v37)) return INVALID;
+    if (!Number.isSafeInteger(v37)) return INVALID;
+    v38 = v37;
+  }
+  const v39 = v29["snapshotKeepLast"];
+  let v40 = null;
+  if (v39 !== null) {
+    if (typeof v39 !== "number" || !Number.isFinite(v39)) return INVALID;
+    if (!Number.isSafeInteger(v39)) return INVALID;
+    v40 = v39;
+  }
+  const v41 = { "timeoutMs": v31, "timeoutAction": v32, "idleTimeoutMs": v34, "maxAgeMs": v36, "pausedRetentionMs": v38, "snapshotKeepLast": v40 };
+  const v42 = input["sources"];
+  if (!c2(v42)) return INVALID;
+  const v43 = {};
+  const v46 = Object.getOwnPropertySymbols(v42);
+  const v47 = Object.getOwnPropertyNames(v42);
+  for (let v48 = 0; v48 < v47.length; v48++) {
+    const v44 = v47[v48];
+    if (v44 === "__proto__" || !c3.call(v42, v44)) continue;
+    const v45 = v42[v44];
+    if (!c4.has(v45)) return INVALID;
+    v43[v44] = v45;
+  }
+  for (let v48 = 0; v48 < v46.length; v48++) {
+    const v44 = v46[v48];
+    if (!c3.call(v42, v44)) continue;
+    return INVALID;
+  }
+  const v49 = { "tenantId": v0, "set": v28, "effective": v41, "sources": v43 };
+  return v49;
   };
   }),
 };

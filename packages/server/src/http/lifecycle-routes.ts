@@ -9,7 +9,9 @@ import {
   SandboxParamsSchema,
   SandboxSchema,
   SetQuotaRequestSchema,
+  TenantDefaultsSchema,
   TenantParamsSchema,
+  TenantPolicyDefaultsSchema,
   UpdateSandboxRequestSchema,
   WebhookListSchema,
   WebhookParamsSchema,
@@ -18,6 +20,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { Principal } from '../services/key-service.js';
 import type { Services } from '../services/services.js';
+import type { TenantDefaultsService } from '../services/tenant-defaults-service.js';
 import { ApiError } from '../util/api-error.js';
 import { ERROR_RESPONSES } from './error-responses.js';
 import { principalOf } from './principal.js';
@@ -235,4 +238,38 @@ export function registerLifecycleRoutes(app: ZodApp, services: Services): void {
     },
     async (request) => services.quotas.set(principalOf(request), request.params.tenant, request.body),
   );
+  app.get(
+    '/tenants/:tenant/defaults',
+    {
+      schema: {
+        tags: ['quotas'],
+        summary:
+          "A tenant's lifecycle policy defaults: what an admin set, what a create naming no policy gets, and each one's source",
+        params: TenantParamsSchema,
+        response: { 200: TenantDefaultsSchema, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) => tenantDefaultsOf(services).get(principalOf(request), request.params.tenant),
+  );
+  app.put(
+    '/tenants/:tenant/defaults',
+    {
+      schema: {
+        tags: ['quotas'],
+        summary:
+          "Replace a tenant's lifecycle policy defaults (admin keys only); a field left out inherits the server default. Existing sandboxes keep their policies",
+        params: TenantParamsSchema,
+        body: TenantPolicyDefaultsSchema,
+        response: { 200: TenantDefaultsSchema, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) => tenantDefaultsOf(services).set(principalOf(request), request.params.tenant, request.body),
+  );
+}
+
+function tenantDefaultsOf(services: Services): TenantDefaultsService {
+  if (services.tenantDefaults === undefined) {
+    throw new ApiError(ErrorCode.unsupported, 'this server has no tenant defaults service');
+  }
+  return services.tenantDefaults;
 }

@@ -62,10 +62,17 @@ describe('deadlinesFor (fixed clock)', () => {
       next: null,
     },
     {
-      name: 'timeout stop applies to a paused sandbox',
+      name: 'timeout stop does not apply to a paused sandbox (its running clock stops)',
       policy: { timeoutMs: M, timeoutAction: 'stop' },
       facts: { state: 'paused', timeoutAtMs: NOW - M, pausedAtMs: NOW - M },
-      next: { atMs: NOW - M, action: 'stop', reason: 'timeout' },
+      next: null,
+    },
+    {
+      name: 'timeout delete does not apply to a paused sandbox; paused retention governs it',
+      policy: { timeoutMs: M, timeoutAction: 'delete', pausedRetentionMs: 60 * M },
+      facts: { state: 'paused', timeoutAtMs: NOW - M, pausedAtMs: NOW - 2 * M },
+      next: { atMs: NOW + 58 * M, action: 'delete', reason: 'paused-retention' },
+      deletionAtMs: NOW + 58 * M,
     },
     {
       name: 'timeout stop does not apply to a stopped sandbox',

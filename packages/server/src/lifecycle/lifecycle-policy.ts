@@ -11,7 +11,7 @@ export type PolicyAction = 'pause' | 'stop' | 'delete';
 
 /** The lifecycle policies of one sandbox. Every field is optional: null means the policy is off. */
 export interface LifecyclePolicy {
-  /** TTL from creation or from the last extension, ms. */
+  /** Running-time TTL from creation or from the last extension, ms; its clock stops while the sandbox is paused. */
   timeoutMs: number | null;
   /** What the TTL does. @default 'delete' */
   timeoutAction: TimeoutAction;
@@ -74,10 +74,13 @@ export function deadlinesFor(policy: LifecyclePolicy, facts: PolicyFacts, activi
   const all: Deadline[] = [];
   if (facts.timeoutAtMs !== null) {
     const action = policy.timeoutAction;
+    // The TTL counts running time: while paused its clock stops (resume moves the deadline later by the pause,
+    // see resumedTimeoutAt), and the paused sandbox's life is governed by pausedRetentionMs.
     const applies =
-      action === 'delete' ||
-      (action === 'pause' && facts.state === 'running') ||
-      (action === 'stop' && (facts.state === 'running' || facts.state === 'paused'));
+      facts.state !== 'paused' &&
+      (action === 'delete' ||
+        (action === 'pause' && facts.state === 'running') ||
+        (action === 'stop' && facts.state === 'running'));
     if (applies) all.push({ atMs: facts.timeoutAtMs, action, reason: 'timeout' });
   }
   let idleAtMs: number | null = null;

@@ -62,6 +62,12 @@ export class PolicyService {
             };
       // Any policy change can move the deletion deadline: a warning for the old one no longer counts (env cannot).
       const policyChanged = input.timeoutMs !== undefined || Object.keys(lifecycle).length > 0;
+      // A policy this call names comes from a request from now on.
+      const previous = record.lifecycle?.policySources ?? null;
+      if (policyChanged && previous !== null) {
+        const named = Object.keys(lifecycle).concat(input.timeoutMs === undefined ? [] : ['timeoutMs']);
+        lifecycle.policySources = { ...previous, ...Object.fromEntries(named.map((k) => [k, 'request'])) };
+      }
       const updated = await this.deps.sandboxes.update(
         record.tenantId,
         id,

@@ -11,6 +11,12 @@ import type { RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { ActivitySnapshot, ActivityTracker } from '../lifecycle/activity-tracker.js';
 import { lifecycleView } from '../lifecycle/expiry-view.js';
+import {
+  BUILTIN_POLICY_DEFAULTS,
+  type PolicyDefaults,
+  resolvePolicies,
+  type TenantPolicySettings,
+} from '../lifecycle/policy-defaults.js';
 import { expiresAtFor } from '../lifecycle/ttl-policy.js';
 import type { WithInTransaction } from '../store/in-transaction.js';
 import {
@@ -45,8 +51,8 @@ export interface CreateSandboxInput {
   memoryMiB?: number | undefined;
   diskMiB?: number | undefined;
   labels: Record<string, string>;
-  timeoutMs: number | null;
-  /** Policies beyond the TTL (contract defaults: delete at the TTL, the rest off). */
+  /** Each policy left out (undefined) takes the server default ({@link SandboxServiceDeps.policyDefaults}). */
+  timeoutMs?: number | null | undefined;
   timeoutAction?: SandboxLifecycle['timeoutAction'] | undefined;
   idleTimeoutMs?: number | null | undefined;
   maxAgeMs?: number | null | undefined;
@@ -79,6 +85,10 @@ export interface SandboxServiceDeps {
   activity?: ActivityTracker | undefined;
   /** Warning time before a deletion by policy, ms, to show a warned deletion when it happens (absent: at its deadline). */
   expiryWarningMs?: number | undefined;
+  /** Policies a create request leaves out (main.ts reads them from BURROW_DEFAULT_*). @default BUILTIN_POLICY_DEFAULTS */
+  policyDefaults?: Readonly<PolicyDefaults> | undefined;
+  /** Per-tenant defaults, applied between the request and {@link policyDefaults} (absent: none). */
+  tenantDefaults?: { settings(tenantId: string): Promise<TenantPolicySettings> } | undefined;
   sandboxes: SandboxStore;
   templates: TemplateService;
   driver: RuntimeDriver;
@@ -136,6 +146,7 @@ export function toSandboxSeen(
     lineage: { parentId: r.parentId, snapshotId: r.snapshotId },
     quarantine: r.quarantine ?? null,
     network: networkView(r),
+    ...(r.lifecycle?.policySources ? { policySources: r.lifecycle.policySources as Sandbox['policySources'] } : {}),
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
   };
@@ -174,6 +185,19 @@ export class SandboxService {
             template: { id: snapshot.templateId, name: snapshot.template },
             ref: await this.deps.templates.refById(snapshot.templateId, snapshot.template),
           };
+    const tenantSettings = (await this.deps.tenantDefaults?.settings(caller.tenantId)) ?? {};
+    const { policies, sources, violation } = resolvePolicies(
+      input,
+      this.deps.policyDefaults ?? BUILTIN_POLICY_DEFAULTS,
+      tenantSettings,
+    );
+    if (violation !== null) {
+      throw new ApiError(
+        ErrorCode.policyLimitExceeded,
+        `maxAgeMs ${violation.requested ?? 'none'} is above this tenant's limit of ${violation.limitMs} ms`,
+        { hint: `pass maxAgeMs at most ${violation.limitMs}, or leave it out to get the limit`, details: violation },
+      );
+    }
     const resources: Resources =
       snapshot === null
         ? {
@@ -197,10 +221,10 @@ export class SandboxService {
         env: input.env,
         labels: input.labels,
         cwd: input.cwd,
-        timeoutMs: input.timeoutMs,
+        timeoutMs: policies.timeoutMs,
         autoResume: input.autoResume ?? true,
       });
-      if (claimed !== null) return this.adoptClaimed(caller, claimed, input);
+      if (claimed !== null) return this.adoptClaimed(caller, claimed, input, policies, sources);
     }
     await this.checkCapacity(resources);
     const id = newId('sbx');
@@ -221,8 +245,8 @@ export class SandboxService {
         cpuCount: resources.cpuCount,
         memoryMiB: resources.memoryMiB,
         diskMiB: resources.diskMiB,
-        timeoutMs: input.timeoutMs,
-        expiresAt: expiresAtFor(this.deps.clock.nowMs(), input.timeoutMs),
+        timeoutMs: policies.timeoutMs,
+        expiresAt: expiresAtFor(this.deps.clock.nowMs(), policies.timeoutMs),
         createdAt: now,
         updatedAt: now,
         version: 1,
@@ -233,11 +257,12 @@ export class SandboxService {
         network: resolveNetworkPolicy(input.network, this.deps.network?.defaultMode ?? 'none'),
         lifecycle: {
           ...DEFAULT_LIFECYCLE,
-          timeoutAction: input.timeoutAction ?? 'delete',
-          idleTimeoutMs: input.idleTimeoutMs ?? null,
-          maxAgeMs: input.maxAgeMs ?? null,
-          pausedRetentionMs: input.pausedRetentionMs ?? null,
-          snapshotKeepLast: input.snapshotKeepLast ?? null,
+          timeoutAction: policies.timeoutAction,
+          idleTimeoutMs: policies.idleTimeoutMs,
+          maxAgeMs: policies.maxAgeMs,
+          pausedRetentionMs: policies.pausedRetentionMs,
+          snapshotKeepLast: policies.snapshotKeepLast,
+          policySources: sources,
         },
       };
       await this.deps.sandboxes.insert(record);
@@ -472,13 +497,20 @@ export class SandboxService {
   }
 
   /** Give a sandbox claimed from the warm pool the create request's policies, and record its `created` event. */
-  private async adoptClaimed(caller: Principal, claimed: SandboxRecord, input: CreateSandboxInput): Promise<Sandbox> {
+  private async adoptClaimed(
+    caller: Principal,
+    claimed: SandboxRecord,
+    input: CreateSandboxInput,
+    policies: PolicyDefaults,
+    sources: Record<string, string>,
+  ): Promise<Sandbox> {
     const lifecycle = {
-      timeoutAction: input.timeoutAction ?? 'delete',
-      idleTimeoutMs: input.idleTimeoutMs ?? null,
-      maxAgeMs: input.maxAgeMs ?? null,
-      pausedRetentionMs: input.pausedRetentionMs ?? null,
-      snapshotKeepLast: input.snapshotKeepLast ?? null,
+      timeoutAction: policies.timeoutAction,
+      idleTimeoutMs: policies.idleTimeoutMs,
+      maxAgeMs: policies.maxAgeMs,
+      pausedRetentionMs: policies.pausedRetentionMs,
+      snapshotKeepLast: policies.snapshotKeepLast,
+      policySources: sources,
     } as const;
     // The `created` event commits with the adoption (a crash keeps both or neither).
     const created = {

@@ -11,6 +11,7 @@ import type { PolicyService } from './policy-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
+import type { TenantDefaultsService } from './tenant-defaults-service.js';
 
 /** Every service the HTTP layer calls. */
 export interface Services {
@@ -32,6 +33,8 @@ export interface Services {
   quotas: QuotaService;
   /** Network policy changes. */
   network: NetworkService;
+  /** Per-tenant lifecycle policy defaults. @default absent in the OpenAPI writer */
+  tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
   /** Name of the runtime driver, for `/v1/health`. */

@@ -59,6 +59,8 @@ export interface SandboxesTable {
   snapshot_keep_last?: number | null;
   /** When the sandbox last became paused (ISO-8601); null when it is not paused. */
   paused_at?: string | null;
+  /** JSON: per policy, where its value comes from (2400); null on older rows. */
+  policy_sources?: string | null;
   /** The deletion deadline (ISO-8601) the last expiry warning event was about. */
   expiry_warned_for?: string | null;
   /** When that warning was recorded. */
@@ -141,6 +143,13 @@ export interface TenantQuotasTable {
   updated_at: string;
 }
 
+/** `tenant_policy_defaults`: a tenant's lifecycle policy defaults, JSON of the fields an admin set. */
+export interface TenantPolicyDefaultsTable {
+  tenant_id: string;
+  defaults: string;
+  updated_at: string;
+}
+
 /** `sandbox_labels`: one row per label, for portable `key=value` filters. */
 export interface SandboxLabelsTable {
   tenant_id: string;
@@ -177,6 +186,7 @@ export interface DB {
   webhooks: WebhooksTable;
   webhook_deliveries: WebhookDeliveriesTable;
   tenant_quotas: TenantQuotasTable;
+  tenant_policy_defaults: TenantPolicyDefaultsTable;
 }
 
 /** Which SQL engine a database runs on. */

@@ -209,6 +209,23 @@ MIGRATIONS['0800_snapshot_retention_warning'] = {
   },
 };
 
+/** Issue 24: per-tenant lifecycle policy defaults, set by an admin (JSON of the fields set). */
+MIGRATIONS['2400_tenant_policy_defaults'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema
+      .createTable('tenant_policy_defaults')
+      .addColumn('tenant_id', 'text', (c) => c.primaryKey())
+      .addColumn('defaults', 'text', (c) => c.notNull())
+      .addColumn('updated_at', 'text', (c) => c.notNull())
+      .execute();
+    await db.schema.alterTable('sandboxes').addColumn('policy_sources', 'text').execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.alterTable('sandboxes').dropColumn('policy_sources').execute();
+    await db.schema.dropTable('tenant_policy_defaults').ifExists().execute();
+  },
+};
+
 class StaticMigrationProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return MIGRATIONS;

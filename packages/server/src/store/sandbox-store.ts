@@ -1,5 +1,6 @@
 import type { Condition, DesiredState, NetworkPolicy, Quarantine, SandboxState, TimeoutAction } from '@burrow/contract';
 import type { Kysely, Selectable } from 'kysely';
+import { resumedTimeoutAt } from '../lifecycle/policy-defaults.js';
 import type { PageCursor } from '../util/cursor.js';
 import type { DB, SandboxesTable } from './database.js';
 import { type EnvCodec, PLAIN_ENV } from './env-sealer.js';
@@ -28,6 +29,8 @@ export interface SandboxLifecycle {
   expiryWarnedFor: string | null;
   /** When that warning was recorded, or null. */
   expiryWarnedAt: string | null;
+  /** Where each policy's value comes from (`request`, `tenant-default`, `server-default`); null on rows made before 2400. */
+  policySources?: Record<string, string> | null | undefined;
 }
 
 /** Lifecycle fields of a row that has none set (rows from before 0300, or records built without them). */
@@ -40,6 +43,7 @@ export const DEFAULT_LIFECYCLE: SandboxLifecycle = {
   pausedAt: null,
   expiryWarnedFor: null,
   expiryWarnedAt: null,
+  policySources: null,
 };
 
 /** A sandbox row as the services use it (JSON columns parsed). */
@@ -108,6 +112,9 @@ function lifecycleColumns(l: Partial<SandboxLifecycle>): Partial<SandboxesTable>
   if (l.pausedAt !== undefined) out.paused_at = l.pausedAt;
   if (l.expiryWarnedFor !== undefined) out.expiry_warned_for = l.expiryWarnedFor;
   if (l.expiryWarnedAt !== undefined) out.expiry_warned_at = l.expiryWarnedAt;
+  if (l.policySources !== undefined) {
+    out.policy_sources = l.policySources === null ? null : JSON.stringify(l.policySources);
+  }
   return out;
 }
 
@@ -148,6 +155,7 @@ function toRecord(row: Selectable<SandboxesTable>, envCodec: EnvCodec): SandboxR
       pausedAt: row.paused_at ?? null,
       expiryWarnedFor: row.expiry_warned_for ?? null,
       expiryWarnedAt: row.expiry_warned_at ?? null,
+      policySources: row.policy_sources ? (JSON.parse(row.policy_sources) as Record<string, string>) : null,
     },
   };
 }
@@ -311,7 +319,10 @@ export class SandboxStore {
     // Leaving paused or stopped for `resuming` takes a running slot: checked with the write, under the quota lock.
     const outcome = await this.db.transaction().execute(async (trx) => {
       if (patch.state === 'resuming') await this.quotas.guard(trx, tenantId, { running: 1 });
-      const before = hook === null ? null : await this.getIn(trx, tenantId, id);
+      const leavingPause = patch.state === 'running' && patch.expiresAt === undefined;
+      const before = hook === null && !leavingPause ? null : await this.getIn(trx, tenantId, id);
+      // The TTL counts running time: back to running, its deadline moves later by the time spent paused.
+      const resumedExpiry = leavingPause && before !== null ? resumedExpiresAt(before, updatedAt) : undefined;
       const result = await trx
         .updateTable('sandboxes')
         .set({
@@ -331,6 +342,7 @@ export class SandboxStore {
           ...(patch.network === undefined ? {} : { network: patch.network ? JSON.stringify(patch.network) : null }),
           ...(patch.timeoutMs === undefined ? {} : { timeout_ms: patch.timeoutMs }),
           ...(patch.expiresAt === undefined ? {} : { expires_at: patch.expiresAt }),
+          ...(resumedExpiry === undefined ? {} : { expires_at: resumedExpiry }),
           // Paused retention counts from the move to paused; any other settled state ends it.
           ...(patch.state === 'paused' ? { paused_at: updatedAt } : {}),
           ...(patch.state === 'running' || patch.state === 'stopped' ? { paused_at: null } : {}),
@@ -375,10 +387,13 @@ export class SandboxStore {
           if (record !== null) before.push(record);
         }
         for (const row of rows) {
+          const current = state === 'running' ? await this.getIn(trx, row.tenantId, row.id) : null;
+          const resumedExpiry = current === null ? undefined : resumedExpiresAt(current, updatedAt);
           const result = await trx
             .updateTable('sandboxes')
             .set({
               state,
+              ...(resumedExpiry === undefined ? {} : { expires_at: resumedExpiry }),
               updated_at: updatedAt,
               version: row.expectedVersion + 1,
               ...(state === 'paused' ? { paused_at: updatedAt } : {}),
@@ -449,4 +464,15 @@ export class SandboxStore {
     const row = await this.db.selectFrom('sandboxes').selectAll().where('id', '=', id).executeTakeFirst();
     return row === undefined ? null : toRecord(row, this.envCodec);
   }
+}
+
+/**
+ * The TTL deadline of a row moving back to running at `updatedAt`: later by the time it spent paused.
+ * @returns the new `expires_at`, or undefined when it stays (no TTL, or the row was not paused)
+ */
+function resumedExpiresAt(before: SandboxRecord, updatedAt: string): string | undefined {
+  const pausedAt = before.lifecycle?.pausedAt ?? null;
+  if (before.expiresAt === null || pausedAt === null) return undefined;
+  const atMs = resumedTimeoutAt(Date.parse(before.expiresAt), Date.parse(pausedAt), Date.parse(updatedAt));
+  return atMs === null ? undefined : new Date(atMs).toISOString();
 }

@@ -7,6 +7,7 @@ import { PoolStore } from './pool-store.js';
 import { SandboxStore } from './sandbox-store.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { TemplateStore } from './template-store.js';
+import { TenantDefaultsStore } from './tenant-defaults-store.js';
 
 /** Every table's accessors over one database connection. */
 export interface Store {
@@ -16,6 +17,8 @@ export interface Store {
   readonly keys: KeyStore;
   readonly templates: TemplateStore;
   readonly snapshots: SnapshotStore;
+  /** Per-tenant lifecycle policy defaults. */
+  readonly tenantDefaults: TenantDefaultsStore;
   /** Warm-pool rows (tenant `_pool`) and the atomic claim. */
   readonly pool: PoolStore;
   /**
@@ -56,6 +59,7 @@ export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): 
     keys: new KeyStore(db),
     templates: new TemplateStore(db),
     snapshots,
+    tenantDefaults: new TenantDefaultsStore(db),
     sweepEnvKeys: async () => {
       if (sealer === null) return [];
       const live = new Set([
