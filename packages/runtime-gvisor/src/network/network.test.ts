@@ -210,6 +210,14 @@ describe('per-sandbox network with egress policy (real runsc, real namespaces)',
     // What the resolver hands out is allowed for its TTL.
     await driver.networks?.allowResolvedAddresses(id, [internet.otherPublic, '2001:db8::1'], 3);
     expect(await get(id, `http://${internet.otherPublic}:8080/`)).toMatch(/^ok/);
+    // A resolved address in an always-denied range (DNS rebinding) stays blocked.
+    await driver.updateNetwork(id, {
+      mode: 'egress',
+      allowOut: [`${internet.publicAddress}/32`],
+      denyOut: ['0.0.0.0/0'],
+    });
+    await driver.networks?.allowResolvedAddresses(id, [internet.privateAddress, internet.otherPublic], 3);
+    expect(await get(id, `http://${internet.privateAddress}:8080/`)).toMatch(/^FAIL/);
     await new Promise((r) => setTimeout(r, 4000));
     expect(await get(id, `http://${internet.otherPublic}:8080/`)).toMatch(/^FAIL/);
     await driver.updateNetwork(id, { mode: 'none', allowOut: [], denyOut: [] });
