@@ -16,12 +16,15 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-/** Starts the server; the admin key comes from `<dataDir>/admin-key` (written by `setup` if the server does not). */
-export async function startTestServer(): Promise<TestServer> {
+/**
+ * Starts the server; the admin key comes from `<dataDir>/admin-key` (written by `setup` if the server does not).
+ * `env` adds server settings (for example `BURROW_DNS_UPSTREAM`).
+ */
+export async function startTestServer(options: { env?: Record<string, string> } = {}): Promise<TestServer> {
   const server = await import('@burrow/server');
   const dataDir = mkdtempSync(join(tmpdir(), 'burrow-e2e-'));
   const config = server.loadConfig(
-    { BURROW_DATA_DIR: dataDir },
+    { ...options.env, BURROW_DATA_DIR: dataDir },
     // No warm pool: its sandboxes would outlive close() (a server restart re-adopts them) and the data dir.
     { dataDir, host: '127.0.0.1', port: 0, templatesDir: TEST_TEMPLATES_DIR, logLevel: 'warn', warmPool: [] },
   );
