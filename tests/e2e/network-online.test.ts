@@ -134,3 +134,23 @@ describe('a domain allowlist', () => {
     expect(status).toBe('200');
   });
 });
+
+describe('several servers on one host', () => {
+  it('each runs a resolver of its own: a second server starts, and both serve names to their sandboxes', async () => {
+    const second = await startTestServer({
+      env: { BURROW_DNS_UPSTREAM: `${internet.dns.address}:${internet.dns.port}` },
+    });
+    try {
+      const other = await Sandbox.create({ apiUrl: second.apiUrl, apiKey: second.adminKey, labels: { e2e: RUN_ID } });
+      try {
+        expect(await curl(other, 'http://www.test/')).toBe('200');
+      } finally {
+        await other.delete();
+      }
+    } finally {
+      await second.close();
+    }
+    const sandbox = await Sandbox.create({ ...connection(), labels: { e2e: RUN_ID } });
+    expect(await curl(sandbox, 'http://www.test/')).toBe('200');
+  });
+});
