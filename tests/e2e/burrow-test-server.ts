@@ -21,12 +21,15 @@ export interface TestServer {
 /**
  * Starts the server; the admin key comes from `<dataDir>/admin-key` (written by `setup` if the server does not).
  * @param options.e2bBase also build (or find cached) the `e2b-base` template. @default false
+ * @param options.env adds server settings (for example `BURROW_DNS_UPSTREAM`).
  */
-export async function startTestServer(options: { e2bBase?: boolean } = {}): Promise<TestServer> {
+export async function startTestServer(
+  options: { e2bBase?: boolean; env?: Record<string, string> } = {},
+): Promise<TestServer> {
   const server = await import('@burrow/server');
   const dataDir = mkdtempSync(join(tmpdir(), 'burrow-e2e-'));
   const config = server.loadConfig(
-    { BURROW_DATA_DIR: dataDir },
+    { ...options.env, BURROW_DATA_DIR: dataDir },
     // No warm pool: its sandboxes would outlive close() (a server restart re-adopts them) and the data dir.
     {
       dataDir,

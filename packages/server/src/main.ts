@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { chmod, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
@@ -18,6 +19,7 @@ import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
 import { type NetworkConfig, networkConfigFrom } from './network-config.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
+import { startSandboxDns } from './sandbox-dns.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
 import { CommandService } from './services/command-service.js';
 import { EventService } from './services/event-service.js';
@@ -242,7 +244,10 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     imageEncryption: overrides.imageEncryption ?? imageEncryptionFrom(env, dataDir),
     snapshotStore: overrides.snapshotStore ?? snapshotStoreFrom(env),
     testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
-    network: overrides.network !== undefined ? overrides.network : networkConfigFrom(env),
+    network:
+      overrides.network !== undefined
+        ? overrides.network
+        : networkConfigFrom(env, () => readFileSync('/etc/resolv.conf', 'utf8')),
   };
 }
 
@@ -355,14 +360,12 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
             },
           }),
     });
-  // The sandboxes' networks: the host gateway address and rules exist before a resolver binds or a sandbox starts.
   const networks = runtime instanceof GvisorDriver ? runtime.networks : undefined;
-  await networks?.prepareHost().catch((error: unknown) => {
-    throw new Error(
-      `preparing sandbox networking failed (${(error as Error).message}); install nftables or set BURROW_NETWORK=off`,
-      { cause: error },
-    );
-  });
+  // The host gateway and rules exist, and the resolver listens, before a sandbox starts.
+  const resolver =
+    networks === undefined
+      ? undefined
+      : await startSandboxDns(networks, config.network, logger.child({ component: 'sandbox-dns' }));
   const driver = releasingDriver(runtime, fsHolders);
   const builder =
     deps.templateBuilder ??
@@ -550,6 +553,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await e2b.close();
       await app.close();
       await driver.close?.();
+      await resolver?.close();
       await store.close();
     },
   };

@@ -1,4 +1,5 @@
 import { type NetworkMode, parseNetworkRule } from '@burrow/contract';
+import { type DnsUpstream, hostDnsUpstreams, parseDnsUpstreams } from './node/dns-upstreams.js';
 
 /** The server's network settings (docs/network.md "Operator settings"). */
 export interface NetworkConfig {
@@ -9,18 +10,30 @@ export interface NetworkConfig {
   /** Egress limit of sandboxes whose policy names none, Mbit/s; null: none. @default null (BURROW_NETWORK_EGRESS_MBPS) */
   egressMbps: number | null;
   /**
-   * Where guest DNS goes: the resolver's UDP endpoint on the host. @default the sandbox pool's host gateway
-   * (10.231.0.1) port 5353 (BURROW_NETWORK_RESOLVER=ADDRESS:PORT)
+   * Where the sandboxes' resolver listens (UDP) and guest DNS goes. @default null: the sandbox pool's host gateway
+   * (10.231.0.1) on a free port of this server's own, so servers on one host never share one
+   * (BURROW_NETWORK_RESOLVER=ADDRESS:PORT fixes it)
    */
   resolver: { address: string; port: number } | null;
+  /**
+   * Servers the resolver forwards allowed queries to, in order; empty: the host names none and sandboxes get no
+   * DNS (every query SERVFAIL). @default the host's `/etc/resolv.conf` nameservers
+   * (BURROW_DNS_UPSTREAM=ip[:port][,ip[:port]])
+   */
+  dnsUpstreams: DnsUpstream[];
 }
 
 /**
  * The network settings from `env`, or null when networking is off (`BURROW_NETWORK=off`: every sandbox runs
  * with runsc's `--network=none`).
+ * @param readResolvConf returns the host's `/etc/resolv.conf` text (called only without BURROW_DNS_UPSTREAM; a
+ *   throw or a text without nameservers leaves the upstream list empty)
  * @throws RangeError naming the variable for a malformed value
  */
-export function networkConfigFrom(env: Readonly<Record<string, string | undefined>>): NetworkConfig | null {
+export function networkConfigFrom(
+  env: Readonly<Record<string, string | undefined>>,
+  readResolvConf: () => string = () => '',
+): NetworkConfig | null {
   if (['off', '0', 'false'].includes(env.BURROW_NETWORK ?? '')) return null;
   const defaultMode = env.BURROW_NETWORK_DEFAULT || 'egress';
   if (defaultMode !== 'egress' && defaultMode !== 'none') {
@@ -50,7 +63,18 @@ export function networkConfigFrom(env: Readonly<Record<string, string | undefine
     }
     resolver = { address: match[1], port };
   }
-  return { defaultMode, never, egressMbps, resolver };
+  const upstreamText = env.BURROW_DNS_UPSTREAM ?? '';
+  let dnsUpstreams: DnsUpstream[];
+  if (upstreamText.trim() !== '') {
+    dnsUpstreams = parseDnsUpstreams(upstreamText);
+  } else {
+    try {
+      dnsUpstreams = hostDnsUpstreams(readResolvConf());
+    } catch {
+      dnsUpstreams = [];
+    }
+  }
+  return { defaultMode, never, egressMbps, resolver, dnsUpstreams };
 }
 
 function isCidr(entry: string): boolean {

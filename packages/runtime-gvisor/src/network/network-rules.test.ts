@@ -28,6 +28,9 @@ describe('network rules (pure)', () => {
     expect(at('udp dport 53 drop')).toBeLessThan(at('@allow'));
     expect(at('@allow')).toBeLessThan(at('@denied_always'));
     expect(at('@denied_always')).toBeLessThan(at('@deny drop'));
+    // DNS rebinding: a resolved address inside an always-denied range stays blocked.
+    expect(at('@denied_always')).toBeLessThan(at('@resolved'));
+    expect(at('@resolved')).toBeLessThan(at('@deny drop'));
     expect(script).toContain('add element inet burrow allow { 10.9.0.0/16 }');
     expect(script).toContain('add element inet burrow deny { 0.0.0.0/0 }');
     expect(script).toContain('dnat ip to 10.231.0.1:5353');

@@ -93,8 +93,8 @@ function elements(cidrs: readonly string[]): string {
  * handed out (`resolved`, with their timeouts) are kept.
  *
  * Egress (guest → uplink), first match wins: IPv6 dropped; DNS to the gateway, translated to the resolver, passes
- * (mode `egress`); `never` dropped; DNS to anything else dropped; established flows pass; `allowOut` CIDRs and
- * resolved addresses pass; always-denied ranges dropped; `denyOut` CIDRs dropped; anything else passes. Mode
+ * (mode `egress`); `never` dropped; DNS to anything else dropped; established flows pass; `allowOut` CIDRs pass;
+ * always-denied ranges dropped; resolved addresses pass; `denyOut` CIDRs dropped; anything else passes. Mode
  * `none` drops all. Ingress passes only replies. The router itself accepts nothing from the guest.
  */
 export function routerRules(input: RouterRulesInput): string {
@@ -152,8 +152,10 @@ export function routerRules(input: RouterRulesInput): string {
   egress('tcp dport 53 drop');
   egress('ct state established,related counter name egress accept');
   egress('ip daddr @allow counter name egress accept');
-  egress('ip daddr @resolved counter name egress accept');
+  // Resolved addresses pass only above the floor: an allowed name that resolves to 169.254.169.254 or RFC 1918
+  // (DNS rebinding) stays blocked unless an allowOut CIDR names the range.
   egress('ip daddr @denied_always drop');
+  egress('ip daddr @resolved counter name egress accept');
   egress('ip daddr @deny drop');
   egress('counter name egress accept');
   return `${lines.join('\n')}\n`;

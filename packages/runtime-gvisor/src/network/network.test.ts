@@ -210,6 +210,14 @@ describe('per-sandbox network with egress policy (real runsc, real namespaces)',
     // What the resolver hands out is allowed for its TTL.
     await driver.networks?.allowResolvedAddresses(id, [internet.otherPublic, '2001:db8::1'], 3);
     expect(await get(id, `http://${internet.otherPublic}:8080/`)).toMatch(/^ok/);
+    // A resolved address in an always-denied range (DNS rebinding) stays blocked.
+    await driver.updateNetwork(id, {
+      mode: 'egress',
+      allowOut: [`${internet.publicAddress}/32`],
+      denyOut: ['0.0.0.0/0'],
+    });
+    await driver.networks?.allowResolvedAddresses(id, [internet.privateAddress, internet.otherPublic], 3);
+    expect(await get(id, `http://${internet.privateAddress}:8080/`)).toMatch(/^FAIL/);
     await new Promise((r) => setTimeout(r, 4000));
     expect(await get(id, `http://${internet.otherPublic}:8080/`)).toMatch(/^FAIL/);
     await driver.updateNetwork(id, { mode: 'none', allowOut: [], denyOut: [] });
@@ -264,11 +272,26 @@ describe('per-sandbox network with egress policy (real runsc, real namespaces)',
     expect((await driver.listHostResources()).sandboxIds).not.toContain(id);
   });
 
-  it('lists the network of a sandbox that has nothing else on the host, and delete removes it (the orphan reaper)', async () => {
+  it('re-points existing routers at a new resolver port; lists the network of a sandbox that has nothing else on the host, and delete removes it (the orphan reaper)', async () => {
     const id = testSandboxId();
     created.add(id);
     await mkdir(driver.paths(id).dir, { recursive: true });
     await driver.networks?.ensure(id, EGRESS);
+    // A server that binds its resolver on a port of its own points the existing routers at it.
+    const previous = driver.networks?.resolver ?? { address: '', port: 0 };
+    const router = (await readdir('/run/netns')).find((name) => name.includes(id) && name.endsWith('-r')) ?? '';
+    const dnat = () => execFileSync('ip', ['netns', 'exec', router, 'nft', 'list', 'chain', 'inet', 'burrow', 'pre']);
+    expect(dnat().toString()).toContain(`dnat ip to ${previous.address}:${previous.port}`);
+    await driver.networks?.useResolver({ address: previous.address, port: 40_999 });
+    expect(dnat().toString()).toContain(`dnat ip to ${previous.address}:40999`);
+    expect(execFileSync('nft', ['list', 'set', 'inet', 'burrow_host', 'resolvers']).toString()).toContain(
+      'udp . 40999',
+    );
+    await driver.networks?.forgetResolver({ address: previous.address, port: 40_999 });
+    expect(execFileSync('nft', ['list', 'set', 'inet', 'burrow_host', 'resolvers']).toString()).not.toContain(
+      'udp . 40999',
+    );
+    await driver.networks?.useResolver(previous);
     await rm(driver.paths(id).dir, { recursive: true, force: true });
     const found = await driver.listHostResources();
     expect(found.kinds?.[id]).toEqual(['network']);

@@ -12,6 +12,7 @@ import {
   GUEST_MAC,
   GUEST_PREFIX_LENGTH,
   HOST_LINK_PREFIX,
+  HOST_TABLE,
   hostRules,
   ipv4ToNumber,
   numberToIpv4,
@@ -80,7 +81,7 @@ interface NetworkRecord {
  */
 export class SandboxNetworks {
   readonly poolCidr: string;
-  readonly resolver: ResolverEndpoint;
+  private resolverEndpoint: ResolverEndpoint;
   private readonly poolBase: number;
   private readonly poolSize: number;
   private readonly slotDir: string;
@@ -94,9 +95,49 @@ export class SandboxNetworks {
     if (!(length >= 16 && length <= 24)) throw new RuntimeError(`the network pool ${this.poolCidr} must be /16 to /24`);
     this.poolBase = ipv4ToNumber(base);
     this.poolSize = 2 ** (32 - length);
-    this.resolver = options.resolver ?? { address: this.hostGateway(), port: DEFAULT_RESOLVER_PORT };
+    this.resolverEndpoint = options.resolver ?? { address: this.hostGateway(), port: DEFAULT_RESOLVER_PORT };
     this.slotDir = options.slotDir ?? '/run/burrow/net-slots';
     this.never = [...(options.never ?? []), this.poolCidr];
+  }
+
+  /** Where guest DNS goes (UDP): the options' `resolver`, or the endpoint last given to {@link useResolver}. */
+  get resolver(): ResolverEndpoint {
+    return this.resolverEndpoint;
+  }
+
+  /**
+   * Send guest DNS to `endpoint` from here on: the host admits sandbox links to it, and the routers of this
+   * instance's sandboxes that exist (paused or running across a server restart) are re-applied with it. A server
+   * binds its resolver on a port of its own and calls this before it serves, so servers on one host never share one.
+   * @returns ids of sandboxes whose router could not be re-applied (they get the endpoint at their next start)
+   * @throws RuntimeError when the host rules cannot be set
+   */
+  async useResolver(endpoint: ResolverEndpoint): Promise<string[]> {
+    this.resolverEndpoint = { ...endpoint };
+    await this.prepareHost();
+    await run('nft', [
+      ...['add', 'element', 'inet', HOST_TABLE, 'resolvers'],
+      `{ ${endpoint.address} . udp . ${endpoint.port} }`,
+    ]);
+    const failed: string[] = [];
+    for (const sandboxId of await this.sandboxIds()) {
+      const record = await this.readRecord(sandboxId);
+      if (record === null || !(await exists(join(NETNS_DIR, this.netnsName(sandboxId, 'r'))))) continue;
+      await this.apply(sandboxId, record.slot, record.policy, false).catch(() => failed.push(sandboxId));
+    }
+    return failed;
+  }
+
+  /**
+   * Stop admitting sandbox links to `endpoint` on the host (a server closing its resolver). Idempotent.
+   * @throws RuntimeError when nftables refuses for a reason other than a missing element
+   */
+  async forgetResolver(endpoint: ResolverEndpoint): Promise<void> {
+    await run(
+      'nft',
+      [...['delete', 'element', 'inet', HOST_TABLE, 'resolvers'], `{ ${endpoint.address} . udp . ${endpoint.port} }`],
+      { ignore: /No such file|does not exist/ },
+    );
   }
 
   /** The pool's host gateway address (its first usable address), held by the host's loopback. */
