@@ -115,6 +115,7 @@ export class SandboxNetworks {
   async useResolver(endpoint: ResolverEndpoint): Promise<string[]> {
     this.resolverEndpoint = { ...endpoint };
     await this.prepareHost();
+    await this.pruneResolvers();
     await run('nft', [
       ...['add', 'element', 'inet', HOST_TABLE, 'resolvers'],
       `{ ${endpoint.address} . udp . ${endpoint.port} }`,
@@ -138,6 +139,22 @@ export class SandboxNetworks {
       [...['delete', 'element', 'inet', HOST_TABLE, 'resolvers'], `{ ${endpoint.address} . udp . ${endpoint.port} }`],
       { ignore: /No such file|does not exist/ },
     );
+  }
+
+  /**
+   * Stop admitting resolver endpoints that nothing listens on (a server killed before it could forget its own):
+   * an admitted port without a listener would let sandboxes reach whatever host service binds it later.
+   */
+  private async pruneResolvers(): Promise<void> {
+    const listed = await runCommand('nft', ['-j', 'list', 'set', 'inet', HOST_TABLE, 'resolvers'], {
+      timeoutMs: 30_000,
+    });
+    if (listed.exitCode !== 0) return;
+    const listening = udpListeners(await readFile('/proc/net/udp', 'utf8'));
+    for (const endpoint of resolverElements(listed.stdout)) {
+      const bound = listening.has(`${endpoint.address}:${endpoint.port}`) || listening.has(`0.0.0.0:${endpoint.port}`);
+      if (!bound) await this.forgetResolver(endpoint);
+    }
   }
 
   /** The pool's host gateway address (its first usable address), held by the host's loopback. */
@@ -473,6 +490,44 @@ function sysctls(options: { forward: boolean }): string[] {
     ...(options.forward ? ['echo 1 > /proc/sys/net/ipv4/ip_forward'] : []),
   ];
   return ['/bin/sh', '-c', writes.join(' && ')];
+}
+
+/**
+ * The `address . udp . port` elements of the host's `resolvers` set, from `nft -j list set` output.
+ * @returns the endpoints; nothing for output it cannot read
+ */
+export function resolverElements(nftJson: string): ResolverEndpoint[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(nftJson);
+  } catch {
+    return [];
+  }
+  const items = (parsed as { nftables?: Array<{ set?: { elem?: unknown[] } }> }).nftables ?? [];
+  const endpoints: ResolverEndpoint[] = [];
+  for (const element of items.flatMap((item) => item.set?.elem ?? [])) {
+    const concat = (element as { concat?: unknown[] }).concat;
+    if (Array.isArray(concat) && typeof concat[0] === 'string' && typeof concat[2] === 'number') {
+      endpoints.push({ address: concat[0], port: concat[2] });
+    }
+  }
+  return endpoints;
+}
+
+/**
+ * The IPv4 UDP sockets bound on this host's network namespace, as `a.b.c.d:port`, from `/proc/net/udp` (local
+ * address in hex, host byte order on little-endian machines: `0100E70A:14E9` is 10.231.0.1:5353).
+ */
+export function udpListeners(procNetUdp: string): Set<string> {
+  const bound = new Set<string>();
+  for (const line of procNetUdp.split('\n').slice(1)) {
+    const match = /^\s*\d+:\s+([0-9A-F]{8}):([0-9A-F]{4})\s/i.exec(line);
+    if (match?.[1] === undefined || match[2] === undefined) continue;
+    const hex = match[1];
+    const octets = [6, 4, 2, 0].map((i) => Number.parseInt(hex.slice(i, i + 2), 16));
+    bound.add(`${octets.join('.')}:${Number.parseInt(match[2], 16)}`);
+  }
+  return bound;
 }
 
 async function inNetns(name: string, argv: string[], input?: string): Promise<void> {
