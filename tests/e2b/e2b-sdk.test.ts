@@ -147,7 +147,10 @@ describe('E2B SDK against Burrow', () => {
     });
     expect(res.status).toBe(401);
     expect(((await res.json()) as { code: string }).code).toBe('unauthenticated');
-    await expect(create({ network: { denyOut: ['0.0.0.0/0'] } })).rejects.toThrow(/network is not supported/);
+    await expect(create({ network: { maskRequestHost: 'box.example.com' } })).rejects.toThrow(
+      /maskRequestHost is not supported/,
+    );
+    await expect(create({ network: { allowOut: ['10.0.0.0/33'] } })).rejects.toThrow(/network\.allowOut\.0/);
     await expect(Sandbox.create('no-such-template')).rejects.toThrow(/template/i);
   });
 });
