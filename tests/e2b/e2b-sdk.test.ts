@@ -139,6 +139,19 @@ describe('E2B SDK against Burrow', () => {
     await watch.stop();
   });
 
+  test("network options are Burrow's egress policy: allowInternetAccess false denies 0.0.0.0/0", async () => {
+    const closed = await create({ allowInternetAccess: false, network: { allowOut: ['203.0.113.7'] } });
+    try {
+      const seen = await burrowView(closed.sandboxId);
+      expect(seen.network).toMatchObject({ mode: 'egress', allowOut: ['203.0.113.7'], denyOut: ['0.0.0.0/0'] });
+      const info = await closed.getInfo();
+      expect(info.allowInternetAccess).toBe(false);
+      expect(info.network).toMatchObject({ allowOut: ['203.0.113.7'], denyOut: ['0.0.0.0/0'] });
+    } finally {
+      await closed.kill();
+    }
+  });
+
   test('bad input: wrong access token, unsupported options, unknown template', async () => {
     const res = await fetch(`${server.e2b.envdUrl}/process.Process/List`, {
       method: 'POST',
@@ -147,7 +160,10 @@ describe('E2B SDK against Burrow', () => {
     });
     expect(res.status).toBe(401);
     expect(((await res.json()) as { code: string }).code).toBe('unauthenticated');
-    await expect(create({ network: { denyOut: ['0.0.0.0/0'] } })).rejects.toThrow(/network is not supported/);
+    await expect(create({ network: { maskRequestHost: 'box.example.com' } })).rejects.toThrow(
+      /maskRequestHost is not supported/,
+    );
+    await expect(create({ network: { allowOut: ['10.0.0.0/33'] } })).rejects.toThrow(/network\.allowOut\.0/);
     await expect(Sandbox.create('no-such-template')).rejects.toThrow(/template/i);
   });
 });

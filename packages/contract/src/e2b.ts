@@ -10,6 +10,38 @@ import { z } from 'zod';
 /** `metadata` of an E2B sandbox: string pairs, kept as Burrow labels. */
 export const E2bMetadataSchema = z.record(z.string(), z.string());
 
+/**
+ * `network` of an E2B create request. `allowOut`/`denyOut` become Burrow's egress lists (validated by Burrow's rules);
+ * `allowPublicTraffic` and `maskRequestHost` concern ingress, `egressProxy` and `rules` a proxy Burrow does not have:
+ * the routes refuse them unless they hold the harmless default. Unknown fields are refused, never ignored.
+ */
+export const E2bNetworkSchema = z
+  .object({
+    allowOut: z.array(z.string()).nullable().optional(),
+    denyOut: z.array(z.string()).nullable().optional(),
+    allowPublicTraffic: z.boolean().nullable().optional(),
+    maskRequestHost: z.string().nullable().optional(),
+    egressProxy: z.unknown().optional(),
+    rules: z.record(z.string(), z.unknown()).nullable().optional(),
+  })
+  .strict();
+export type E2bNetwork = z.infer<typeof E2bNetworkSchema>;
+
+/**
+ * Body of `PUT /sandboxes/{id}/network`: replaces the egress rules; a field left out is cleared.
+ * `allow_internet_access: false` is `denyOut: ['0.0.0.0/0']`, as in E2B.
+ */
+export const E2bNetworkUpdateSchema = z
+  .object({
+    allowOut: z.array(z.string()).nullable().optional(),
+    denyOut: z.array(z.string()).nullable().optional(),
+    egressProxy: z.unknown().optional(),
+    rules: z.record(z.string(), z.unknown()).nullable().optional(),
+    allow_internet_access: z.boolean().nullable().optional(),
+  })
+  .strict();
+export type E2bNetworkUpdate = z.infer<typeof E2bNetworkUpdateSchema>;
+
 /** Body of `POST /sandboxes` and `POST /v2/sandboxes`. `timeout` is in seconds. */
 export const E2bCreateSandboxSchema = z.object({
   /** Template name, `base`, or a snapshot id. @default 'base' */
@@ -23,7 +55,7 @@ export const E2bCreateSandboxSchema = z.object({
   autoResume: z.object({ enabled: z.boolean() }).partial().nullable().optional(),
   secure: z.boolean().optional(),
   allow_internet_access: z.boolean().nullable().optional(),
-  network: z.unknown().optional(),
+  network: E2bNetworkSchema.nullable().optional(),
   mcp: z.unknown().optional(),
   iam: z.unknown().optional(),
   volumeMounts: z.array(z.unknown()).nullable().optional(),

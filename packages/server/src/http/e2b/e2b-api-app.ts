@@ -3,6 +3,7 @@ import {
   E2bCreateSandboxSchema,
   E2bForkSchema,
   E2bListQuerySchema,
+  E2bNetworkUpdateSchema,
   E2bPauseSchema,
   E2bSnapshotListQuerySchema,
   E2bSnapshotSchema,
@@ -21,6 +22,8 @@ import type { Services } from '../../services/services.js';
 import { E2B_BASE_TEMPLATE } from '../../services/template-service.js';
 import { ApiError } from '../../util/api-error.js';
 import { newId } from '../../util/ids.js';
+import { E2bError } from './e2b-errors.js';
+import { e2bNetworkView, networkFromE2bCreate, networkFromE2bUpdate } from './e2b-network.js';
 
 /** Version of envd Burrow's envd answers as: the SDKs gate features on it. */
 export const E2B_ENVD_VERSION = '0.6.13';
@@ -35,16 +38,6 @@ export interface E2bApiAppOptions {
   logger: Logger;
   /** The envd access token of a sandbox. */
   accessToken: (sandboxId: string) => string;
-}
-
-/** An E2B error body: `{code: <http status>, message}`. */
-class E2bError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 /**
@@ -94,6 +87,7 @@ export async function buildE2bApiApp(options: E2bApiAppOptions): Promise<Fastify
   const create = async (request: FastifyRequest, reply: FastifyReply) => {
     const body = parse(E2bCreateSandboxSchema, request.body ?? {});
     refuseUnsupported(body);
+    const network = networkFromE2bCreate(body.allow_internet_access, body.network);
     const who = caller(request);
     const snapshot = await services.sandboxes.persistence.getSnapshot(who, body.templateID).catch(() => null);
     const template = snapshot === null ? await templateFor(services, who, body.templateID) : snapshot.template;
@@ -106,6 +100,7 @@ export async function buildE2bApiApp(options: E2bApiAppOptions): Promise<Fastify
       timeoutMs: Math.max(1000, timeoutS * 1000),
       timeoutAction: body.autoPause === true ? (body.autoPauseMemory === false ? 'stop' : 'pause') : 'delete',
       autoResume: body.autoResume?.enabled ?? false,
+      ...(network === undefined ? {} : { network }),
       ...(snapshot === null ? {} : { fromSnapshot: snapshot.id }),
     });
     return reply.code(201).send(view(created));
@@ -158,7 +153,7 @@ export async function buildE2bApiApp(options: E2bApiAppOptions): Promise<Fastify
 
   app.get('/sandboxes/:id', async (request) => {
     const s = await services.sandboxes.get(caller(request), idOf(request));
-    return { ...listItem(s), ...view(s), lifecycle: lifecycleOf(s) };
+    return { ...listItem(s), ...view(s), ...e2bNetworkView(s.network), lifecycle: lifecycleOf(s) };
   });
 
   app.delete('/sandboxes/:id', async (request, reply) => {
@@ -267,8 +262,15 @@ export async function buildE2bApiApp(options: E2bApiAppOptions): Promise<Fastify
     );
   });
 
-  app.put('/sandboxes/:id/network', async () => {
-    throw new E2bError(400, 'network settings are not supported by Burrow yet: sandboxes have no network');
+  /** Replace the sandbox's egress rules (Burrow's network policy); its mode and bandwidth limit stay. */
+  app.put('/sandboxes/:id/network', async (request, reply) => {
+    const body = parse(E2bNetworkUpdateSchema, request.body ?? {});
+    const who = caller(request);
+    const id = idOf(request);
+    const current = await services.sandboxes.get(who, id);
+    const update = networkFromE2bUpdate(body, current.network);
+    await services.network.update(who.tenantId, id, update, () => current);
+    return reply.code(204).send();
   });
 
   return app;
@@ -286,12 +288,6 @@ function refuseUnsupported(body: z.infer<typeof E2bCreateSandboxSchema>): void {
   const refuse = (what: string, why: string) => {
     throw new E2bError(400, `${what} is not supported by Burrow: ${why}`);
   };
-  if (body.network !== undefined && body.network !== null) {
-    refuse('network', 'sandboxes have no network yet; leave it out');
-  }
-  if (body.allow_internet_access === false || body.allow_internet_access === true) {
-    // Clients up to 2.45 send `true` by default: accepted, and sandboxes run without network (see docs).
-  }
   if (body.mcp !== undefined && body.mcp !== null) refuse('mcp', 'there is no MCP gateway');
   if (body.iam !== undefined && body.iam !== null) refuse('iam', 'there is no IAM integration');
   if (body.volumeMounts !== undefined && body.volumeMounts !== null && body.volumeMounts.length > 0) {

@@ -32,3 +32,13 @@ export function toConnectError(error: unknown): ConnectError {
   }
   return new ConnectError('internal', error instanceof Error ? error.message : 'internal error');
 }
+
+/** An error of E2B's control plane, sent as E2B's body `{code: <http status>, message}`. */
+export class E2bError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
