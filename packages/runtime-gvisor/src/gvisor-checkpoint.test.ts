@@ -9,7 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { GvisorDriver } from './gvisor-driver.js';
 import { findSandboxCgroups, loopDevicesUnder, mountsUnder, runtimeProcesses } from './host-plumbing.js';
 import { RunscCli } from './runsc-cli.js';
-import { SPAWN_FIFO } from './spawner.js';
+import { SPAWN_FIFO, SPAWN_READY_MARK } from './spawner.js';
 import { buildTemplate } from './template-builder.js';
 
 const TEST_TEMPLATES_DIR = '/var/tmp/burrow-test-templates';
@@ -131,8 +131,9 @@ describe('GvisorDriver pause, resume, stop, fork, snapshots (real runsc)', { tim
     // Deterministic form of a race after create: a request that creates a plain file at the FIFO's path makes
     // the init's loop read it to its end and exit, and the sandbox stops.
     const id = await create();
-    // The init makes the FIFO shortly after create (that gap is the race): wait for it, then take it away.
-    await sh(id, `while [ ! -p ${SPAWN_FIFO} ]; do sleep 0.02; done; rm ${SPAWN_FIFO}`);
+    // The init makes the FIFO, then its ready mark, shortly after create (that gap is the race): wait for the mark,
+    // then take both away, as they are before the init got there.
+    await sh(id, `while [ ! -e ${SPAWN_READY_MARK} ]; do sleep 0.02; done; rm ${SPAWN_FIFO} ${SPAWN_READY_MARK}`);
     const request = driver.spawn(id, { argv: ['true'], env: {}, cwd: '/' });
     await new Promise((r) => setTimeout(r, 300));
     expect(await sh(id, `[ -e ${SPAWN_FIFO} ] && echo exists || echo absent`)).toBe('absent');
