@@ -188,7 +188,7 @@ async function unnetworkedServer(work: string): Promise<{ apiUrl: string; apiKey
   await mkdir(dataDir);
   const config = loadConfig(
     { ...process.env, BURROW_NETWORK: 'off' },
-    { dataDir, templatesDir, port: 0, logLevel: 'warn', warmPool: [] },
+    { dataDir, templatesDir, port: 0, e2b: { apiPort: 0, envdPort: 0 }, logLevel: 'warn', warmPool: [] },
   );
   const prepared = await setup(config, { onLog: () => undefined });
   const server = await startServer(config);

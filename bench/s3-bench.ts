@@ -148,6 +148,8 @@ async function benchLineage(
     dataDir,
     templatesDir: options.templatesDir,
     port: 0,
+    // Beside the bench's other servers: E2B listeners on ports of their own too.
+    e2b: { apiPort: 0, envdPort: 0 },
     logLevel: 'warn',
     warmPool: [],
     snapshotStore: {

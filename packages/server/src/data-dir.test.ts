@@ -62,11 +62,14 @@ describe('data dir permissions', () => {
     const dataDir = join(parent, 'data');
     const start = () => {
       const driver = new FakeDriver(join(parent, 'fake-sandboxes'));
-      return startServer(loadConfig({}, { dataDir, warmPool: [], port: 0, host: '127.0.0.1' }), {
-        driver,
-        templateBuilder: new FakeTemplateBuilder(join(parent, 'fake-templates')),
-        logger: pino({ level: 'silent' }),
-      });
+      return startServer(
+        loadConfig({}, { dataDir, warmPool: [], port: 0, host: '127.0.0.1', e2b: { apiPort: 0, envdPort: 0 } }),
+        {
+          driver,
+          templateBuilder: new FakeTemplateBuilder(join(parent, 'fake-templates')),
+          logger: pino({ level: 'silent' }),
+        },
+      );
     };
     const first = await start();
     try {
