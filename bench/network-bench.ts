@@ -88,7 +88,7 @@ export async function benchNetwork(
   options: { iterations: number; log: (message: string) => void },
 ): Promise<NetworkRow[]> {
   const { log } = options;
-  const cycles = Math.max(2, Math.min(options.iterations, 10));
+  const cycles = Math.max(1, Math.min(options.iterations, 10));
   const samples = () => ({ create: [] as number[], resume: [] as number[], fork: [] as number[] });
   const ours = samples();
   const none = samples();

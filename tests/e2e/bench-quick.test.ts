@@ -66,7 +66,7 @@ describe('npm run bench -- --quick', () => {
   });
 
   it('produces every issue figure with its raw baseline and leaves nothing behind', {
-    timeout: 13 * 60_000,
+    timeout: 18 * 60_000,
   }, async () => {
     const resultsDir = join(dir, 'full');
     await mkdir(resultsDir);
