@@ -7,6 +7,21 @@ export const MAX_EGRESS_MBPS = 100_000;
 /** A rule list: each entry an IPv4 CIDR or a domain, read by {@link parseNetworkRule} (network-rules.ts). */
 const RuleListSchema = z.array(z.string().max(260)).superRefine(refineNetworkRules);
 
+/** Refuses more than {@link MAX_NETWORK_RULES} entries in `allowOut` and `denyOut` together. */
+function refineRuleCount(
+  policy: { allowOut: readonly string[]; denyOut: readonly string[] },
+  ctx: z.RefinementCtx,
+): void {
+  const count = policy.allowOut.length + policy.denyOut.length;
+  if (count > MAX_NETWORK_RULES) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['allowOut'],
+      message: `${count} rules in allowOut and denyOut together; at most ${MAX_NETWORK_RULES} are allowed`,
+    });
+  }
+}
+
 /** `mode`: `egress` lets the sandbox open connections out under its rules; `none` gives it no network at all. */
 export const NetworkModeSchema = z.enum(['egress', 'none']);
 export type NetworkMode = z.infer<typeof NetworkModeSchema>;
@@ -28,16 +43,7 @@ export const NetworkPolicySchema = z
     egressMbps: z.number().int().min(1).max(MAX_EGRESS_MBPS).optional(),
   })
   .strict()
-  .superRefine((policy, ctx) => {
-    const count = policy.allowOut.length + policy.denyOut.length;
-    if (count > MAX_NETWORK_RULES) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['allowOut'],
-        message: `${count} rules in allowOut and denyOut together; at most ${MAX_NETWORK_RULES} are allowed`,
-      });
-    }
-  })
+  .superRefine(refineRuleCount)
   .meta({ id: 'NetworkPolicy' });
 export type NetworkPolicy = z.output<typeof NetworkPolicySchema>;
 export type NetworkPolicyInput = z.input<typeof NetworkPolicySchema>;
@@ -55,16 +61,7 @@ export const NetworkPolicyRequestSchema = z
     egressMbps: z.number().int().min(1).max(MAX_EGRESS_MBPS).optional(),
   })
   .strict()
-  .superRefine((policy, ctx) => {
-    const count = policy.allowOut.length + policy.denyOut.length;
-    if (count > MAX_NETWORK_RULES) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['allowOut'],
-        message: `${count} rules in allowOut and denyOut together; at most ${MAX_NETWORK_RULES} are allowed`,
-      });
-    }
-  })
+  .superRefine(refineRuleCount)
   .meta({ id: 'NetworkPolicyRequest' });
 export type NetworkPolicyRequest = z.input<typeof NetworkPolicyRequestSchema>;
 export type NetworkPolicyRequestParsed = z.output<typeof NetworkPolicyRequestSchema>;
