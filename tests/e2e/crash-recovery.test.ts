@@ -165,6 +165,8 @@ describe('kill -9 of a real server during pause, resume and fork (real runsc)', 
   const resumePoints = [
     'resume:after-resuming-row',
     'resume:before-restore',
+    'network:before-setup',
+    'network:after-setup',
     'resume:after-restore',
     'resume:after-runtime',
   ];

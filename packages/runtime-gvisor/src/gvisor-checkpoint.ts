@@ -1,4 +1,4 @@
-import { mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { mkdir, open, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   type CheckpointInfo,
@@ -38,6 +38,23 @@ import { GvisorForker } from './gvisor-fork.js';
 import { GvisorRestorer } from './gvisor-restore.js';
 import { mountsUnder, processAlive } from './host-plumbing.js';
 import { abortError, tail } from './run-command.js';
+
+/**
+ * File in a pause image's directory, present from just before a resume mounts the verified disk until the image is
+ * dropped after the restore: a resume that finds it knows the disk was changed by that mount alone.
+ */
+const RESUME_MOUNTED_MARK = 'resume-mounted';
+
+/** Write `text` to `path` and fsync it, so the file outlasts a crash of the machine as well as of the process. */
+async function writeFileDurably(path: string, text: string): Promise<void> {
+  const handle = await open(path, 'w');
+  try {
+    await handle.writeFile(text);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
 
 /**
  * Pause, resume, stop, fork and snapshots on gVisor. The measured recipe (docs/adr/0002): `runsc pause` →
@@ -176,12 +193,28 @@ export class GvisorCheckpointer {
       return;
     }
     timer.mark('state');
+    const mountedMark = join(paths.checkpointDir, RESUME_MOUNTED_MARK);
+    if (
+      await stat(mountedMark).then(
+        () => true,
+        () => false,
+      )
+    ) {
+      // A resume that verified this image mounted its disk and ended before `runsc restore` took it: the mount alone
+      // rewrote the disk's superblock (mount time and count), so the disk is sealed again once it is unmounted.
+      await this.releaseContainer(sandboxId);
+      await resealDisk(location);
+      await rm(mountedMark, { force: true });
+      timer.mark('resealAfterCrash');
+    }
     await verifyState(location, { runtime: await this.runtime(), memory: true, sandboxId, trustFingerprints: true });
     timer.mark('verify');
     // A pause released everything; only a crashed or failed step leaves a container or a mount to clear first.
     if (known || (await mountsUnder(paths.dir)).length > 0) await this.releaseContainer(sandboxId);
     timer.mark('releaseLeftovers');
     crashPoint('resume:before-restore');
+    // Written durably before the disk is mounted; the image (and this mark with it) is dropped once restored.
+    await writeFileDurably(mountedMark, `${new Date().toISOString()}\n`);
     try {
       await this.restorer.restoreInto(options, location.imageDir, timer);
     } catch (error) {
