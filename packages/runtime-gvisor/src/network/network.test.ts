@@ -15,11 +15,22 @@ const TEST_TEMPLATES_DIR = '/var/tmp/burrow-test-templates';
 const RESOURCES: Resources = { cpuCount: 1, memoryMiB: 256, diskMiB: 512 };
 const EGRESS: NetworkPolicy = { mode: 'egress', allowOut: [], denyOut: [] };
 
-/** An HTTP server answering every GET with `ok <its address>`; started in the test's "internet" namespace. */
+/** Bytes of `/slow`, sent in 1000-byte pieces 50 ms apart (about 10 s). */
+const SLOW_BYTES = 200_000;
+
+/**
+ * An HTTP server answering `/slow` with {@link SLOW_BYTES} trickled out and every other GET with
+ * `ok <its address>`; started in the test's "internet" namespace.
+ */
 const WEB_SERVER = `
-import http.server, socketserver
+import http.server, socketserver, time
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path == '/slow':
+            self.send_response(200); self.send_header('Content-Length', '${SLOW_BYTES}'); self.end_headers()
+            for _ in range(${SLOW_BYTES / 1000}):
+                self.wfile.write(b'x' * 1000); self.wfile.flush(); time.sleep(0.05)
+            return
         body = ('ok ' + self.connection.getsockname()[0]).encode()
         self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()
         self.wfile.write(body)
@@ -270,6 +281,58 @@ describe('per-sandbox network with egress policy (real runsc, real namespaces)',
     for (const sandboxId of [id, ...children]) expect(after.netns).not.toContain(sandboxId);
     for (const link of links) expect(after.links).not.toContain(`${link}@`);
     expect((await driver.listHostResources()).sandboxIds).not.toContain(id);
+  });
+
+  it('a pause in the middle of a download: the open connection fails at once with ECONNABORTED (no hang), new connections work from the first one', async () => {
+    const id = await create(EGRESS);
+    const options = { sandboxId: id, template, resources: RESOURCES, hostname: 'net-test', network: EGRESS };
+    const download = [
+      'import urllib.request',
+      'n = 0',
+      'try:',
+      ` r = urllib.request.urlopen('http://${internet.publicAddress}:8080/slow', timeout=60)`,
+      ' while True:',
+      '  b = r.read(1000)',
+      '  if not b: break',
+      '  n += len(b)',
+      '  open("/root/progress", "w").write(str(n))',
+      " print('DONE', n)",
+      'except Exception as e:',
+      " print('FAIL', n, type(e).__name__, e)",
+    ].join('\n');
+    await writeFile(join(driver.rootDir(id), 'root', 'download.py'), download);
+    await runInSandbox(driver, id, ['sh', '-c', 'python3 /root/download.py > /root/download.out 2>&1 &']);
+    // Paused once a part of the body has arrived, and held for 3 s while the server keeps sending.
+    let progress = 0;
+    for (let i = 0; i < 200 && progress < 20_000; i++) {
+      const text = await py(
+        id,
+        'import os\nprint(open("/root/progress").read() if os.path.exists("/root/progress") else 0)',
+      );
+      progress = Number.parseInt(text, 10);
+      if (progress < 20_000) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(progress).toBeGreaterThanOrEqual(20_000);
+    expect(progress).toBeLessThan(SLOW_BYTES);
+    await driver.pause(id);
+    await new Promise((r) => setTimeout(r, 3000));
+    await driver.resume(options);
+    // The first new connection after the resume succeeds (no stale neighbour entry, no dead translation).
+    expect(await get(id, `http://${internet.publicAddress}:8080/`)).toMatch(/^ok/);
+    let out = '';
+    for (let i = 0; i < 300 && !/^(DONE|FAIL)/.test(out); i++) {
+      out = (await py(id, 'print(open("/root/download.out").read())').catch(() => '')).trim();
+      if (!/^(DONE|FAIL)/.test(out)) await new Promise((r) => setTimeout(r, 100));
+    }
+    // runsc --net-disconnect-ok aborts connections to the outside at the checkpoint (docs/network.md).
+    expect(out).toMatch(/^FAIL \d+ ConnectionAbortedError/);
+    // The program can retry at once: the whole body arrives over a new connection.
+    expect(
+      await py(
+        id,
+        `import urllib.request\nprint(len(urllib.request.urlopen('http://${internet.publicAddress}:8080/slow', timeout=60).read()))`,
+      ),
+    ).toBe(String(SLOW_BYTES));
   });
 
   it('re-points existing routers at a new resolver port; lists the network of a sandbox that has nothing else on the host, and delete removes it (the orphan reaper)', async () => {
