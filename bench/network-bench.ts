@@ -16,6 +16,8 @@ export interface NetworkRow {
   raw: Summary | null;
   ratio: number | null;
   target: string;
+  /** Unit of the samples when not ms. */
+  unit?: string;
 }
 
 type Conn = { apiUrl: string; apiKey: string };
@@ -39,10 +41,10 @@ class S(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = T
 S(('0.0.0.0', 8080), H).serve_forever()
 `;
 
-function row(metric: string, ours: number[], baseline: number[], target: string): NetworkRow {
+function row(metric: string, ours: number[], baseline: number[], target: string, unit?: string): NetworkRow {
   const o = summarize(ours);
   const r = summarize(baseline);
-  return { metric, ours: o, raw: r, ratio: Math.round((o.p50 / r.p50) * 100) / 100, target };
+  return { metric, ours: o, raw: r, ratio: Math.round((o.p50 / r.p50) * 100) / 100, target, ...(unit ? { unit } : {}) };
 }
 
 /** A namespace joined to the host by a veth, with the sink on a public-range address (198.18/15). */
@@ -165,6 +167,7 @@ export async function benchNetwork(
           fromSandbox,
           fromHost,
           '≥ 1000 Mbit/s or ≥ 0.5 × host',
+          'Mbit/s',
         ),
       );
     } finally {

@@ -16,6 +16,8 @@ export interface Row {
   /** ours.p50 / raw.p50 */
   ratio: number | null;
   target: string;
+  /** Unit of the samples when they are not ms (a throughput row: `Mbit/s`, higher is better). @default 'ms' */
+  unit?: string;
 }
 
 /** One run as written to bench/results. */
@@ -173,8 +175,9 @@ export function renderMarkdown(runs: Runs): string {
       const before = previousFull ? sameRow(previousFull.rows, r, full.rows) : undefined;
       const change = changePct(r.ours.p50, before?.ours.p50);
       const vsPrevious = change === null ? '—' : pct(change);
+      const u = r.unit === undefined || r.unit === 'ms' ? '' : ` ${r.unit}`;
       lines.push(
-        `| ${cell(r.metric)} | ${r.ours.p50} | ${r.ours.p95} | ${r.ours.p99} | ${r.raw?.p50 ?? '—'} | ${r.raw?.p95 ?? '—'} | ${r.ratio ?? '—'} | ${vsPrevious} | ${cell(r.target)} |`,
+        `| ${cell(r.metric)} | ${r.ours.p50}${u} | ${r.ours.p95}${u} | ${r.ours.p99}${u} | ${r.raw ? `${r.raw.p50}${u}` : '—'} | ${r.raw ? `${r.raw.p95}${u}` : '—'} | ${r.ratio ?? '—'} | ${vsPrevious} | ${cell(r.target)} |`,
       );
     }
     if (previousFull) lines.push('', ...reproducibility(full, previousFull));

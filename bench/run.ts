@@ -174,9 +174,10 @@ async function main(): Promise<void> {
   if (densityResult) log(`density: ${JSON.stringify(densityResult)}`);
   if (host) log(`host: ${JSON.stringify(host)}`);
   for (const r of rows) {
+    const unit = r.unit ?? 'ms';
     log(
-      `${r.metric}: p50 ${r.ours.p50} ms, p95 ${r.ours.p95} ms, p99 ${r.ours.p99} ms` +
-        (r.raw ? `; raw p50 ${r.raw.p50} ms, ratio ${r.ratio}` : ''),
+      `${r.metric}: p50 ${r.ours.p50} ${unit}, p95 ${r.ours.p95} ${unit}, p99 ${r.ours.p99} ${unit}` +
+        (r.raw ? `; raw p50 ${r.raw.p50} ${unit}, ratio ${r.ratio}` : ''),
     );
   }
 }
