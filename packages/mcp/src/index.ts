@@ -1,0 +1,2 @@
+export { BURROW_TOOL_NAMES, type BurrowToolsOptions, registerBurrowTools } from './burrow-tools.js';
+export { createBurrowMcpServer, handleMcpHttpRequest, MCP_SERVER_INFO, serveStdio } from './mcp-server.js';
