@@ -1,0 +1,29 @@
+import { handleMcpHttpRequest } from '@burrow/mcp';
+import { bearerSecret, TENANT_HEADER } from './principal.js';
+import type { ZodApp } from './zod-app.js';
+
+/**
+ * `/mcp`: MCP's streamable HTTP transport (stateless, JSON answers), for agents that speak MCP rather than the REST
+ * API. The auth hook has already checked the bearer key like on every route. The tools then call this server's own
+ * API on the listener the request came in on, with the caller's key and tenant header, so every check a REST call
+ * passes (scopes, tenancy, quarantine, quotas, activity) applies to a tool call unchanged: the route holds no rule of
+ * its own. Left out of the OpenAPI document: it speaks JSON-RPC, not the REST contract.
+ */
+export function registerMcpRoute(app: ZodApp): void {
+  app.route({
+    method: ['POST', 'GET', 'DELETE'],
+    url: '/mcp',
+    schema: { hide: true },
+    handler: async (request, reply) => {
+      const socket = request.raw.socket;
+      const host = socket.localAddress ?? '127.0.0.1';
+      const tenant = request.headers[TENANT_HEADER];
+      reply.hijack();
+      await handleMcpHttpRequest(request.raw, reply.raw, request.body, {
+        apiUrl: `http://${host.includes(':') ? `[${host}]` : host}:${socket.localPort}`,
+        apiKey: bearerSecret(request.headers.authorization) ?? undefined,
+        tenantId: typeof tenant === 'string' ? tenant : undefined,
+      });
+    },
+  });
+}
