@@ -1,4 +1,5 @@
 import { handleMcpHttpRequest } from '@burrow/mcp';
+import { mapError } from './error-mapping.js';
 import { bearerSecret, TENANT_HEADER } from './principal.js';
 import type { ZodApp } from './zod-app.js';
 
@@ -6,7 +7,7 @@ import type { ZodApp } from './zod-app.js';
  * `/mcp`: MCP's streamable HTTP transport (stateless, JSON answers), for agents that speak MCP rather than the REST
  * API. The auth hook has already checked the bearer key like on every route. The tools then call this server's own
  * API on the listener the request came in on, with the caller's key and tenant header, so every check a REST call
- * passes (scopes, tenancy, quarantine, quotas, activity) applies to a tool call unchanged: the route holds no rule of
+ * passes (tenancy, quarantine, quotas, activity, any restriction on the key) applies to a tool call unchanged: the route holds no rule of
  * its own. Left out of the OpenAPI document: it speaks JSON-RPC, not the REST contract.
  */
 export function registerMcpRoute(app: ZodApp): void {
@@ -19,11 +20,23 @@ export function registerMcpRoute(app: ZodApp): void {
       const host = socket.localAddress ?? '127.0.0.1';
       const tenant = request.headers[TENANT_HEADER];
       reply.hijack();
-      await handleMcpHttpRequest(request.raw, reply.raw, request.body, {
-        apiUrl: `http://${host.includes(':') ? `[${host}]` : host}:${socket.localPort}`,
-        apiKey: bearerSecret(request.headers.authorization) ?? undefined,
-        tenantId: typeof tenant === 'string' ? tenant : undefined,
-      });
+      try {
+        await handleMcpHttpRequest(request.raw, reply.raw, request.body, {
+          apiUrl: `http://${host.includes(':') ? `[${host}]` : host}:${socket.localPort}`,
+          apiKey: bearerSecret(request.headers.authorization) ?? undefined,
+          tenantId: typeof tenant === 'string' ? tenant : undefined,
+        });
+      } catch (error) {
+        // Fastify's error handler no longer owns a hijacked reply: answer here, or the client would wait for nothing.
+        request.log.error({ err: error }, 'mcp request failed');
+        if (reply.raw.headersSent) {
+          reply.raw.end();
+          return;
+        }
+        const mapped = mapError(error, request.id);
+        reply.raw.writeHead(mapped.statusCode, { 'content-type': 'application/json' });
+        reply.raw.end(JSON.stringify(mapped.envelope));
+      }
     },
   });
 }
