@@ -1,4 +1,3 @@
-import { handleMcpHttpRequest } from '@burrow/mcp';
 import { mapError } from './error-mapping.js';
 import { bearerSecret, TENANT_HEADER } from './principal.js';
 import type { ZodApp } from './zod-app.js';
@@ -8,7 +7,8 @@ import type { ZodApp } from './zod-app.js';
  * API. The auth hook has already checked the bearer key like on every route. The tools then call this server's own
  * API on the listener the request came in on, with the caller's key and tenant header, so every check a REST call
  * passes (tenancy, quarantine, quotas, activity, any restriction on the key) applies to a tool call unchanged: the route holds no rule of
- * its own. Left out of the OpenAPI document: it speaks JSON-RPC, not the REST contract.
+ * its own. Left out of the OpenAPI document: it speaks JSON-RPC, not the REST contract. `@burrow/mcp` (the MCP SDK,
+ * ajv and the tools) loads on the first request, so a server nobody asks for MCP does not start slower.
  */
 export function registerMcpRoute(app: ZodApp): void {
   app.route({
@@ -21,6 +21,7 @@ export function registerMcpRoute(app: ZodApp): void {
       const tenant = request.headers[TENANT_HEADER];
       reply.hijack();
       try {
+        const { handleMcpHttpRequest } = await import('@burrow/mcp');
         await handleMcpHttpRequest(request.raw, reply.raw, request.body, {
           apiUrl: `http://${host.includes(':') ? `[${host}]` : host}:${socket.localPort}`,
           apiKey: bearerSecret(request.headers.authorization) ?? undefined,
