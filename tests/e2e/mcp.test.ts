@@ -228,7 +228,11 @@ describe('/mcp (streamable HTTP on the server)', () => {
     expect(await ok(client, 'pause_sandbox', { sandboxId: id })).toMatchObject({ state: 'paused' });
     expect(await ok(client, 'resume_sandbox', { sandboxId: id })).toMatchObject({ state: 'running' });
     expect(await ok(client, 'delete_sandbox', { sandboxId: id })).toEqual({ deleted: id });
-    const gone = await call(client, 'resume_sandbox', { sandboxId: id });
-    expect(gone.json.error).toMatchObject({ code: 'sandbox_not_found' });
+    for (const [name, args] of [
+      ['resume_sandbox', { sandboxId: id }],
+      ['run_command', { sandboxId: id, cmd: 'true' }],
+    ] as const) {
+      expect((await call(client, name, args)).json.error, name).toMatchObject({ code: 'sandbox_not_found' });
+    }
   });
 });

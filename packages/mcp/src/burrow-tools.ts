@@ -7,6 +7,7 @@ import { CommandTimeoutError, type ConnectionOptions, Sandbox } from '@burrow/sd
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { z } from 'zod';
+import { SandboxHandles } from './sandbox-handles.js';
 import {
   CreateSandboxInput,
   CreateSnapshotInput,
@@ -34,6 +35,11 @@ export interface BurrowToolsOptions {
   outputLimitBytes?: number | undefined;
   /** Most entries `list_files` returns. @default 1_000 */
   listLimit?: number | undefined;
+  /**
+   * Handles on sandboxes to reuse across calls (and, for a server that builds one MCP server per request, across
+   * requests). @default a cache of this server's own
+   */
+  handles?: SandboxHandles | undefined;
 }
 
 /** Names of every tool {@link registerBurrowTools} registers, in order. */
@@ -75,7 +81,8 @@ export function registerBurrowTools(server: McpServer, options: BurrowToolsOptio
   const connection = options.connection;
   const limit = options.outputLimitBytes ?? 65_536;
   const listLimit = options.listLimit ?? 1_000;
-  const get = (sandboxId: string) => Sandbox.get(sandboxId, connection);
+  const handles = options.handles ?? new SandboxHandles();
+  const get = (sandboxId: string) => handles.get(sandboxId, connection);
 
   server.registerTool(
     'create_sandbox',
@@ -87,7 +94,11 @@ export function registerBurrowTools(server: McpServer, options: BurrowToolsOptio
       inputSchema: CreateSandboxInput,
     },
     (input: z.output<typeof CreateSandboxInput>) =>
-      answer(async () => jsonResult(sandboxSummary((await Sandbox.create({ ...input, ...connection })).info))),
+      answer(async () => {
+        const sandbox = await Sandbox.create({ ...input, ...connection });
+        handles.remember(sandbox, connection);
+        return jsonResult(sandboxSummary(sandbox.info));
+      }),
   );
 
   server.registerTool(
@@ -299,6 +310,7 @@ export function registerBurrowTools(server: McpServer, options: BurrowToolsOptio
     (input: z.output<typeof ForkSandboxInput>) =>
       answer(async () => {
         const children = await (await get(input.sandboxId)).fork({ count: input.count });
+        for (const child of children) handles.remember(child, connection);
         return jsonResult({ items: children.map((child) => sandboxSummary(child.info)) });
       }),
   );
@@ -333,7 +345,11 @@ export function registerBurrowTools(server: McpServer, options: BurrowToolsOptio
     },
     (input: z.output<typeof SandboxOnlyInput>) =>
       answer(async () => {
-        await (await get(input.sandboxId)).delete();
+        try {
+          await (await get(input.sandboxId)).delete();
+        } finally {
+          handles.forget(input.sandboxId, connection);
+        }
         return jsonResult({ deleted: input.sandboxId });
       }),
   );

@@ -56,15 +56,15 @@ export async function serveStdio(
 
 /**
  * Answers one request of MCP's streamable HTTP transport, statelessly: every POST gets a fresh server whose tools act
- * with `connection` (the caller's own key), so no session state outlives the request and any server process can take
- * the next one. GET (a server-to-client stream) and DELETE (a session's end) have nothing to serve: 405.
+ * with `options.connection` (the caller's own key), so no session state outlives the request and any server process
+ * can take the next one; pass one `options.handles` to every request so that sandbox handles outlive it. GET (a server-to-client stream) and DELETE (a session's end) have nothing to serve: 405.
  * @param body - the request's JSON body, already parsed.
  */
 export async function handleMcpHttpRequest(
   request: IncomingMessage,
   response: ServerResponse,
   body: unknown,
-  connection: ConnectionOptions,
+  options: BurrowToolsOptions,
 ): Promise<void> {
   if (request.method !== 'POST') {
     response.writeHead(405, { allow: 'POST', 'content-type': 'application/json' });
@@ -77,7 +77,7 @@ export async function handleMcpHttpRequest(
     );
     return;
   }
-  const server = createBurrowMcpServer({ connection });
+  const server = createBurrowMcpServer(options);
   const transport = new StreamableHTTPServerTransport({ enableJsonResponse: true });
   response.once('close', () => {
     void transport.close();

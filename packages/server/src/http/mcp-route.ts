@@ -1,3 +1,4 @@
+import type { SandboxHandles } from '@burrow/mcp';
 import { mapError } from './error-mapping.js';
 import { bearerSecret, TENANT_HEADER } from './principal.js';
 import type { ZodApp } from './zod-app.js';
@@ -11,6 +12,7 @@ import type { ZodApp } from './zod-app.js';
  * ajv and the tools) loads on the first request, so a server nobody asks for MCP does not start slower.
  */
 export function registerMcpRoute(app: ZodApp): void {
+  let handles: SandboxHandles | undefined;
   app.route({
     method: ['POST', 'GET', 'DELETE'],
     url: '/mcp',
@@ -21,11 +23,15 @@ export function registerMcpRoute(app: ZodApp): void {
       const tenant = request.headers[TENANT_HEADER];
       reply.hijack();
       try {
-        const { handleMcpHttpRequest } = await import('@burrow/mcp');
-        await handleMcpHttpRequest(request.raw, reply.raw, request.body, {
-          apiUrl: `http://${host.includes(':') ? `[${host}]` : host}:${socket.localPort}`,
-          apiKey: bearerSecret(request.headers.authorization) ?? undefined,
-          tenantId: typeof tenant === 'string' ? tenant : undefined,
+        const mcp = await import('@burrow/mcp');
+        handles ??= new mcp.SandboxHandles();
+        await mcp.handleMcpHttpRequest(request.raw, reply.raw, request.body, {
+          connection: {
+            apiUrl: `http://${host.includes(':') ? `[${host}]` : host}:${socket.localPort}`,
+            apiKey: bearerSecret(request.headers.authorization) ?? undefined,
+            tenantId: typeof tenant === 'string' ? tenant : undefined,
+          },
+          handles,
         });
       } catch (error) {
         // Fastify's error handler no longer owns a hijacked reply: answer here, or the client would wait for nothing.
