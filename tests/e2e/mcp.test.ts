@@ -149,6 +149,12 @@ describe('burrow mcp (stdio, the built CLI)', () => {
     expect(run.notes).toEqual([expect.stringContaining('stdout truncated: the last 4464 bytes are left out')]);
   });
 
+  it('answers a command past its timeoutMs with its output so far, timedOut and a note', async () => {
+    const run = await ok(client, 'run_command', { sandboxId: id, cmd: 'echo before; sleep 30', timeoutMs: 1_000 });
+    expect(run).toMatchObject({ timedOut: true, stdout: 'before\n' });
+    expect(run.notes).toEqual([expect.stringContaining('ran past timeoutMs (1000 ms) and was killed')]);
+  });
+
   it('starts a background command and reads its output from offsets', async () => {
     const started = await ok(client, 'start_background_command', {
       sandboxId: id,
