@@ -6,6 +6,7 @@ import { registerFilesCommands } from './commands/files-commands.js';
 import { registerHygieneCommands } from './commands/hygiene-commands.js';
 import { registerKeysCommands } from './commands/keys-commands.js';
 import { registerLifecycleCommands } from './commands/lifecycle-commands.js';
+import { registerMcpCommand } from './commands/mcp-command.js';
 import { registerNetworkCommands } from './commands/network-commands.js';
 import { registerPersistenceCommands } from './commands/persistence-commands.js';
 import { registerProcessCommands } from './commands/process-commands.js';
@@ -47,6 +48,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerTenantCommands(program, context);
   registerServerCommands(program, context);
   registerE2bCommands(program, context);
+  registerMcpCommand(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
   return program;
 }

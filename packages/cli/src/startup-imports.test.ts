@@ -5,7 +5,7 @@
  * how busy the machine is. Runs the built `dist` (npm run build) and the bundle.
  */
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -137,6 +137,10 @@ describe('start-up imports', () => {
     expect(matching(loaded, WS)).toEqual([]);
     expect(matching(loaded, TLS)).toEqual([]);
     expect(matching(loaded, /^builtin:NativeModule http$/)).toHaveLength(1);
+    // `burrow mcp` loads the MCP server in a chunk of its own; esbuild names each bundled module's path in a comment.
+    for (const url of matching(loaded, /\/packages\/cli\/bundle\//)) {
+      expect(await readFile(new URL(url), 'utf8'), url).not.toContain('node_modules/@modelcontextprotocol/');
+    }
   });
 
   it("import('@burrow/sdk') loads neither zod nor ws", async () => {

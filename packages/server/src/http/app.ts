@@ -30,6 +30,7 @@ import {
 import { registerHygieneRoutes, registerMetricsRoute, registerQuarantineGuard } from './hygiene-routes.js';
 import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
+import { registerMcpRoute } from './mcp-route.js';
 import { registerNetworkRoutes } from './network-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
 import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
@@ -189,6 +190,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     { prefix: '/v1' },
   );
   registerMetricsRoute(app, services);
+  registerMcpRoute(app);
   // File routes get their own scope: only there is application/octet-stream accepted (streamed, not buffered).
   await app.register(async (scope) => registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services), {
     prefix: '/v1',
