@@ -162,7 +162,12 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
         })
       : null;
   const blobs = deps.blobs ?? s3 ?? new LocalDirBlobStore(join(config.dataDir, 'snapshots'));
-  const keys = new KeyService({ keys: store.keys, clock, logger });
+  const keys = new KeyService({
+    keys: store.keys,
+    clock,
+    logger,
+    sandboxExists: async (tenantId, id) => (await store.sandboxes.get(tenantId, id)) !== null,
+  });
   const templates = new TemplateService({
     templates: store.templates,
     sandboxes: store.sandboxes,

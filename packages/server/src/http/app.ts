@@ -35,6 +35,7 @@ import { registerPersistenceRoutes } from './persistence-routes.js';
 import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
+import { assertRouteHasAccess, registerScopeGuard } from './scope-guard.js';
 import { registerTemplateRoutes } from './template-routes.js';
 import type { ZodApp } from './zod-app.js';
 
@@ -116,6 +117,8 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     });
   }
 
+  // Every route declares its scope: one missing from the table stops the build of the app.
+  app.addHook('onRoute', (route) => assertRouteHasAccess(route.method, route.url));
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
@@ -127,6 +130,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     if (secret === null) throw missingKey(request.headers.authorization);
     request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
+  registerScopeGuard(app, services);
   registerKeyRequestCap(app, limits);
   registerQuarantineGuard(app, services);
   registerActivityHook(app, services);

@@ -13,6 +13,14 @@ export interface ApiKeysTable {
   secret_hash: string;
   created_at: string;
   revoked_at: string | null;
+  /** JSON array of scopes; null: every scope the role allows. */
+  scopes: string | null;
+  /** JSON `KeyRestriction`; null: the whole tenant. */
+  restriction: string | null;
+  /** The sandbox of a `sandbox` restriction (indexed: deleting the sandbox revokes its keys). */
+  restrict_sandbox_id: string | null;
+  expires_at: string | null;
+  last_used_at: string | null;
 }
 
 /** `sandboxes`: desired and observed state of each sandbox. JSON columns are text. */

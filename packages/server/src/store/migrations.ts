@@ -226,6 +226,25 @@ MIGRATIONS['2400_tenant_policy_defaults'] = {
   },
 };
 
+/**
+ * Issue 24: scoped keys. Every added column is null on existing rows, which reads as full rights of the key's role,
+ * no restriction and no expiry: keys issued before keep working as they did.
+ */
+MIGRATIONS['2410_scoped_keys'] = {
+  async up(db: Kysely<unknown>) {
+    for (const column of ['scopes', 'restriction', 'restrict_sandbox_id', 'expires_at', 'last_used_at']) {
+      await db.schema.alterTable('api_keys').addColumn(column, 'text').execute();
+    }
+    await db.schema.createIndex('api_keys_sandbox').on('api_keys').columns(['restrict_sandbox_id']).execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.dropIndex('api_keys_sandbox').ifExists().execute();
+    for (const column of ['last_used_at', 'expires_at', 'restrict_sandbox_id', 'restriction', 'scopes']) {
+      await db.schema.alterTable('api_keys').dropColumn(column).execute();
+    }
+  },
+};
+
 class StaticMigrationProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return MIGRATIONS;
@@ -245,6 +264,16 @@ export async function migrateToLatest(db: Kysely<DB>): Promise<void> {
     const failed = results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';
     throw new Error(`database migration ${failed} failed`, { cause: error });
   }
+}
+
+/**
+ * Bring the schema to migration `name` and no further (upgrade tests start from an older schema).
+ * @throws Error when a migration fails
+ */
+export async function migrateTo(db: Kysely<DB>, name: string): Promise<void> {
+  const migrator = new Migrator({ db, provider: new StaticMigrationProvider(), allowUnorderedMigrations: true });
+  const { error } = await migrator.migrateTo(name);
+  if (error !== undefined) throw new Error(`database migration to ${name} failed`, { cause: error });
 }
 
 /** Network: each sandbox's network policy (JSON; null on rows from before it: no network). */
