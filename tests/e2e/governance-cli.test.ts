@@ -1,0 +1,66 @@
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startTestServer, type TestServer } from './burrow-test-server.js';
+import { type CliRunOptions, runCli } from './cli-runner.js';
+
+// The built CLI against a real server; no sandbox is created (keys, audit and usage are rows and arithmetic).
+let server: TestServer;
+let env: Record<string, string>;
+const burrow = (args: string[], options: CliRunOptions = {}) =>
+  runCli(args, { ...options, env: { ...env, ...options.env } });
+
+beforeAll(async () => {
+  server = await startTestServer();
+  env = { BURROW_URL: server.apiUrl, BURROW_API_KEY: server.adminKey, BURROW_DATA_DIR: server.dataDir };
+});
+afterAll(async () => {
+  await server?.close();
+});
+
+describe('burrow keys create with scopes', () => {
+  test('--scope, --label and --ttl make a key that reaches only what it names; ls shows them', async () => {
+    const created = await burrow([
+      'keys',
+      'create',
+      'agent',
+      '--scope',
+      'commands,files',
+      '--label',
+      'task=t1',
+      '--ttl',
+      '1h',
+      '--json',
+    ]);
+    expect(created.code, created.stderr).toBe(0);
+    const { key, secret } = JSON.parse(created.stdout);
+    expect(key).toMatchObject({
+      scopes: ['commands', 'files'],
+      restriction: { type: 'labels', labels: { task: 't1' } },
+    });
+    expect(Date.parse(key.expiresAt) - Date.parse(key.createdAt)).toBe(3_600_000);
+    // Tenant-wide calls are refused to a restricted key: the auth exit code, with the reason.
+    const ls = await burrow(['sandbox', 'ls'], { env: { BURROW_API_KEY: secret } });
+    expect(ls.code).toBe(4);
+    expect(ls.stderr).toMatch(/lacks the sandboxes:read scope/);
+    const listed = await burrow(['keys', 'ls']);
+    expect(listed.stdout).toMatch(
+      new RegExp(`${key.id}\\s+agent\\s+default\\s+member\\s+commands,files\\s+labels task=t1`),
+    );
+
+    const viewer = JSON.parse((await burrow(['keys', 'create', 'looker', '--role', 'viewer', '--json'])).stdout);
+    expect((await burrow(['sandbox', 'ls'], { env: { BURROW_API_KEY: viewer.secret } })).code).toBe(0);
+  });
+
+  test('bad input: unknown scope, unknown sandbox, bad ttl, both restrictions', async () => {
+    const scope = await burrow(['keys', 'create', 'x', '--scope', 'sandboxes:rule']);
+    expect(scope.code).not.toBe(0);
+    expect(scope.stderr).toMatch(/sandboxes:rule|scopes/);
+    const sandbox = await burrow(['keys', 'create', 'x', '--sandbox', 'sbx_00000000000000000000']);
+    expect(sandbox.code).not.toBe(0);
+    expect(sandbox.stderr).toMatch(/has no sandbox sbx_00000000000000000000/);
+    const ttl = await burrow(['keys', 'create', 'x', '--ttl', 'soon']);
+    expect(ttl.code).not.toBe(0);
+    expect(ttl.stderr).toMatch(/--ttl must be a duration/);
+    const both = await burrow(['keys', 'create', 'x', '--sandbox', 'sbx_00000000000000000000', '--label', 'a=b']);
+    expect(both.stderr).toMatch(/--sandbox or --label, not both/);
+  });
+});
