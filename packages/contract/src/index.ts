@@ -1,3 +1,4 @@
+export * from './audit.js';
 export * from './base64.js';
 export * from './commands.js';
 export * from './common.js';

@@ -18,6 +18,7 @@ import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
 import { startSandboxDns } from './sandbox-dns.js';
+import { AuditService } from './services/audit-service.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
 import { CommandService } from './services/command-service.js';
 import { EventService } from './services/event-service.js';
@@ -251,6 +252,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
     tenantDefaults,
     activity,
+    audit: new AuditService({ store: store.audit, clock, logger: logger.child({ component: 'audit' }) }),
     driverName: driver.name,
   };
   const reconciler = new Reconciler({
@@ -288,6 +290,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     bodyLimitBytes: config.bodyLimitBytes,
     httpLimits: config.httpLimits,
     actors,
+    auditCommandLines: config.audit?.commandLines ?? false,
   });
   const e2b = await buildE2bServers({ services, sandboxes: store.sandboxes, driver, dataDir: config.dataDir, logger });
   return {
@@ -312,6 +315,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await events.flush();
       await e2b.close();
       await app.close();
+      await services.audit?.close();
       await driver.close?.();
       await resolver?.close();
       await store.close();
@@ -415,6 +419,7 @@ export async function startServer(
     armCrashPoint(config.testCrashAt ?? null);
     burrow.reconciler.start(config.reconcileIntervalMs);
     burrow.policies.start(config.policyIntervalMs);
+    burrow.services.audit?.startRetention(config.audit?.retentionMs ?? null);
     burrow.webhooks.start();
     burrow.pool.start();
     const url = await burrow.app.listen({ host: config.host, port: config.port });

@@ -15,6 +15,8 @@ import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
 import { newId } from '../util/ids.js';
 import { registerActivityHook } from './activity-hook.js';
+import { answeredErrorCodes, registerAuditHook } from './audit-hook.js';
+import { registerAuditRoutes } from './audit-routes.js';
 import { registerCommandRoutes } from './command-routes.js';
 import { registerCommandStreamRoutes } from './command-stream-routes.js';
 import { mapError } from './error-mapping.js';
@@ -55,6 +57,8 @@ export interface AppOptions {
   httpLimits?: HttpLimits;
   /** Names the calling key as the actor of the events a request causes (absent: events say `system`). */
   actors?: ActorContext;
+  /** Record command lines in the audit log (they can carry secrets). @default false */
+  auditCommandLines?: boolean;
 }
 
 /**
@@ -131,6 +135,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
   registerScopeGuard(app, services);
+  registerAuditHook(app, services, { commandLines: options.auditCommandLines ?? false });
   registerKeyRequestCap(app, limits);
   registerQuarantineGuard(app, services);
   registerActivityHook(app, services);
@@ -138,6 +143,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
 
   app.setErrorHandler(async (error, request, reply) => {
     const mapped = mapError(error, request.id);
+    answeredErrorCodes.set(request, mapped.envelope.error.code);
     // A refusal's `quota_denied` event is stored before the caller hears of the refusal (it cannot be appended in
     // the refused write's transaction, which rolls back): a crash cannot lose the event of a refusal someone saw.
     if (mapped.envelope.error.code === ErrorCode.quotaExceeded) await services.events.flush().catch(() => undefined);
@@ -189,6 +195,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerAuditRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );

@@ -100,6 +100,9 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'POST /v1/keys': write('keys'),
   'DELETE /v1/keys/:id': write('keys'),
 
+  'GET /v1/audit': read('audit'),
+  'GET /v1/audit/verify': read('admin'),
+
   'GET /v1/quota': read('sandboxes:read'),
   'GET /v1/tenants/:tenant/quota': read('sandboxes:read'),
   'PUT /v1/tenants/:tenant/quota': write('admin'),

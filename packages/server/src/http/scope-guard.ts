@@ -4,6 +4,7 @@ import { ROLE_SCOPES } from '../services/key-scopes.js';
 import type { Principal } from '../services/key-service.js';
 import type { Services } from '../services/services.js';
 import { ApiError, sandboxNotFound } from '../util/api-error.js';
+import { refusedByGuard } from './audit-hook.js';
 import { type RouteAccess, routeAccess } from './route-scopes.js';
 import type { ZodApp } from './zod-app.js';
 
@@ -88,7 +89,12 @@ export function registerScopeGuard(app: ZodApp, services: Services): void {
       });
     }
     const id = (request.params as { id?: unknown }).id;
-    await checkAccess(request.principal, access, typeof id === 'string' ? id : undefined, labelsOf);
+    try {
+      await checkAccess(request.principal, access, typeof id === 'string' ? id : undefined, labelsOf);
+    } catch (error) {
+      refusedByGuard.add(request);
+      throw error;
+    }
   });
 }
 

@@ -1,4 +1,5 @@
 import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
+import type { AuditService } from './audit-service.js';
 import type { CommandService } from './command-service.js';
 import type { EventService } from './event-service.js';
 import type { ExecService } from './exec-service.js';
@@ -37,6 +38,8 @@ export interface Services {
   tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
+  /** The audit log. @default absent in the OpenAPI writer */
+  audit?: AuditService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

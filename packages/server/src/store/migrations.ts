@@ -245,6 +245,43 @@ MIGRATIONS['2410_scoped_keys'] = {
   },
 };
 
+/** Issue 24: the audit log (a hash chain, `services/audit-service.ts`) and its head and retention anchor. */
+MIGRATIONS['2420_audit_log'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema
+      .createTable('audit_log')
+      .addColumn('seq', 'bigint', (c) => c.primaryKey())
+      .addColumn('at', 'text', (c) => c.notNull())
+      .addColumn('tenant_id', 'text')
+      .addColumn('key_id', 'text')
+      .addColumn('key_name', 'text')
+      .addColumn('source_address', 'text', (c) => c.notNull())
+      .addColumn('request_id', 'text', (c) => c.notNull())
+      .addColumn('action', 'text', (c) => c.notNull())
+      .addColumn('target', 'text')
+      .addColumn('result', 'text', (c) => c.notNull())
+      .addColumn('status', 'integer', (c) => c.notNull())
+      .addColumn('error_code', 'text')
+      .addColumn('details', 'text')
+      .addColumn('prev_hash', 'text', (c) => c.notNull())
+      .addColumn('hash', 'text', (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex('audit_log_tenant_seq').on('audit_log').columns(['tenant_id', 'seq']).execute();
+    await db.schema.createIndex('audit_log_at').on('audit_log').columns(['at']).execute();
+    await db.schema
+      .createTable('audit_state')
+      .addColumn('id', 'integer', (c) => c.primaryKey())
+      .addColumn('head_seq', 'bigint', (c) => c.notNull())
+      .addColumn('pruned_through_seq', 'bigint', (c) => c.notNull())
+      .addColumn('pruned_hash', 'text', (c) => c.notNull())
+      .execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.dropTable('audit_state').ifExists().execute();
+    await db.schema.dropTable('audit_log').ifExists().execute();
+  },
+};
+
 class StaticMigrationProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return MIGRATIONS;
