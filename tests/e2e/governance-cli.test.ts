@@ -1,3 +1,5 @@
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { startTestServer, type TestServer } from './burrow-test-server.js';
 import { type CliRunOptions, runCli } from './cli-runner.js';
@@ -62,5 +64,51 @@ describe('burrow keys create with scopes', () => {
     expect(ttl.stderr).toMatch(/--ttl must be a duration/);
     const both = await burrow(['keys', 'create', 'x', '--sandbox', 'sbx_00000000000000000000', '--label', 'a=b']);
     expect(both.stderr).toMatch(/--sandbox or --label, not both/);
+  });
+});
+
+describe('burrow audit', () => {
+  test('lists, exports JSON lines, follows, and verify names an edited or removed row', async () => {
+    // Something refused and something changed (the earlier tests' key creations and refusals are there too).
+    expect((await burrow(['sandbox', 'ls'], { env: { BURROW_API_KEY: 'bk_not_a_key' } })).code).toBe(4);
+    const table = await burrow(['audit', '--result', 'refused']);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/refused\t401\tGET \/v1\/sandboxes\t-\t-\tno key\t127\.0\.0\.1\tunauthorized/);
+
+    const exported = await burrow(['audit', 'export']);
+    expect(exported.code, exported.stderr).toBe(0);
+    const lines = exported.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { id: string; action: string });
+    expect(lines.length).toBeGreaterThanOrEqual(4);
+    expect(lines.map((r) => r.action)).toContain('POST /v1/keys');
+
+    const following = burrow(['audit', '--follow', '--json', '--action', 'DELETE'], {
+      interrupt: { signal: 'SIGINT', afterOutput: 'DELETE /v1/keys/:id' },
+      timeoutMs: 30_000,
+    });
+    const created = JSON.parse((await burrow(['keys', 'create', 'to-go', '--json'])).stdout) as { key: { id: string } };
+    expect((await burrow(['keys', 'revoke', created.key.id])).code).toBe(0);
+    const followed = await following;
+    expect(JSON.parse(followed.stdout.trim().split('\n')[0] ?? '{}')).toMatchObject({
+      action: 'DELETE /v1/keys/:id',
+      target: created.key.id,
+      result: 'ok',
+    });
+
+    const ok = await burrow(['audit', 'verify']);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toMatch(/^ok: \d+ records chain correctly/);
+    const db = new Database(join(server.dataDir, 'burrow.db'));
+    try {
+      db.prepare("UPDATE audit_log SET target = 'sbx_someone_else' WHERE seq = 2").run();
+      db.prepare('DELETE FROM audit_log WHERE seq = 3').run();
+    } finally {
+      db.close();
+    }
+    const broken = await burrow(['audit', 'verify']);
+    expect(broken.code).toBe(1);
+    expect(broken.stdout).toBe('edited 2: record 2 was changed\nremoved 3: record 3 is missing\n');
   });
 });

@@ -18,6 +18,8 @@ import * as contract from '../src/index.js';
 /** The schemas the SDK parses wire data with: every response body and stream frame. */
 export const WIRE_SCHEMAS = [
   'ApiKeyListSchema',
+  'AuditListSchema',
+  'AuditVerifySchema',
   'ArchiveUploadResultSchema',
   'BatchWriteResponseSchema',
   'CommandInfoSchema',

@@ -1,5 +1,10 @@
 export type {
   ApiKey,
+  ApiKeyRole,
+  AuditList,
+  AuditRecord,
+  AuditResult,
+  AuditVerify,
   BuildTemplateRequest,
   CommandInfo,
   CreateApiKeyRequest,
@@ -10,6 +15,8 @@ export type {
   ExitReason,
   Expiry,
   FileInfo,
+  KeyRestriction,
+  KeyScope,
   NetworkPolicyRequest,
   NetworkUsage,
   Quota,
@@ -98,6 +105,7 @@ export {
   type WatchOptions,
   type WriteFileOptions,
 } from './files.js';
+export { Audit, type FollowAuditOptions, type ListAuditOptions } from './governance.js';
 export {
   type CreatedWebhook,
   type EventFilter,

@@ -176,6 +176,147 @@ export const ApiKeyListParser: WireParser<z.output<typeof contract.ApiKeyListSch
   }),
 };
 
+/** Parses like `AuditListSchema.safeParse`: the value, or INVALID. */
+export const AuditListParser: WireParser<z.output<typeof contract.AuditListSchema>> = {
+  schemaName: 'AuditListSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  const c1 = new Set(["ok", "refused", "failed"]);
+  const c2 = isPlainObject;
+  const c3 = Object.prototype.propertyIsEnumerable;
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["items"];
+  if (!Array.isArray(v0)) return INVALID;
+  const v1 = new Array(v0.length);
+  for (let v2 = 0; v2 < v0.length; v2++) {
+    const v3 = v0[v2];
+    if (typeof v3 !== "object" || v3 === null || Array.isArray(v3)) return INVALID;
+    const v4 = v3["id"];
+    if (typeof v4 !== "string") return INVALID;
+    const v5 = v3["at"];
+    if (typeof v5 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v5)) return INVALID;
+    const v6 = v3["tenantId"];
+    let v7 = null;
+    if (v6 !== null) {
+      if (typeof v6 !== "string") return INVALID;
+      v7 = v6;
+    }
+    const v8 = v3["keyId"];
+    let v9 = null;
+    if (v8 !== null) {
+      if (typeof v8 !== "string") return INVALID;
+      v9 = v8;
+    }
+    const v10 = v3["keyName"];
+    let v11 = null;
+    if (v10 !== null) {
+      if (typeof v10 !== "string") return INVALID;
+      v11 = v10;
+    }
+    const v12 = v3["sourceAddress"];
+    if (typeof v12 !== "string") return INVALID;
+    const v13 = v3["requestId"];
+    if (typeof v13 !== "string") return INVALID;
+    const v14 = v3["action"];
+    if (typeof v14 !== "string") return INVALID;
+    const v15 = v3["target"];
+    let v16 = null;
+    if (v15 !== null) {
+      if (typeof v15 !== "string") return INVALID;
+      v16 = v15;
+    }
+    const v17 = v3["result"];
+    if (!c1.has(v17)) return INVALID;
+    const v18 = v3["status"];
+    if (typeof v18 !== "number" || !Number.isFinite(v18)) return INVALID;
+    if (!Number.isSafeInteger(v18)) return INVALID;
+    const v19 = v3["errorCode"];
+    let v20 = null;
+    if (v19 !== null) {
+      if (typeof v19 !== "string") return INVALID;
+      v20 = v19;
+    }
+    const v21 = v3["details"];
+    let v22 = null;
+    if (v21 !== null) {
+      if (!c2(v21)) return INVALID;
+      const v23 = {};
+      const v26 = Object.getOwnPropertySymbols(v21);
+      const v27 = Object.getOwnPropertyNames(v21);
+      for (let v28 = 0; v28 < v27.length; v28++) {
+        const v24 = v27[v28];
+        if (v24 === "__proto__" || !c3.call(v21, v24)) continue;
+        const v25 = v21[v24];
+        v23[v24] = v25;
+      }
+      for (let v28 = 0; v28 < v26.length; v28++) {
+        const v24 = v26[v28];
+        if (!c3.call(v21, v24)) continue;
+        return INVALID;
+      }
+      v22 = v23;
+    }
+    const v29 = v3["prevHash"];
+    if (typeof v29 !== "string") return INVALID;
+    const v30 = v3["hash"];
+    if (typeof v30 !== "string") return INVALID;
+    const v31 = { "id": v4, "at": v5, "tenantId": v7, "keyId": v9, "keyName": v11, "sourceAddress": v12, "requestId": v13, "action": v14, "target": v16, "result": v17, "status": v18, "errorCode": v20, "details": v22, "prevHash": v29, "hash": v30 };
+    v1[v2] = v31;
+  }
+  const v32 = input["nextCursor"];
+  let v33 = null;
+  if (v32 !== null) {
+    if (typeof v32 !== "string") return INVALID;
+    v33 = v32;
+  }
+  const v34 = { "items": v1, "nextCursor": v33 };
+  return v34;
+  };
+  }),
+};
+
+/** Parses like `AuditVerifySchema.safeParse`: the value, or INVALID. */
+export const AuditVerifyParser: WireParser<z.output<typeof contract.AuditVerifySchema>> = {
+  schemaName: 'AuditVerifySchema',
+  parse: lazyParser(() => {
+  const c0 = new Set(["edited", "removed"]);
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["ok"];
+  if (typeof v0 !== "boolean") return INVALID;
+  const v1 = input["checked"];
+  if (typeof v1 !== "number" || !Number.isFinite(v1)) return INVALID;
+  if (!Number.isSafeInteger(v1)) return INVALID;
+  const v2 = input["prunedThrough"];
+  let v3 = null;
+  if (v2 !== null) {
+    if (typeof v2 !== "string") return INVALID;
+    v3 = v2;
+  }
+  const v4 = input["problems"];
+  if (!Array.isArray(v4)) return INVALID;
+  const v5 = new Array(v4.length);
+  for (let v6 = 0; v6 < v4.length; v6++) {
+    const v7 = v4[v6];
+    if (typeof v7 !== "object" || v7 === null || Array.isArray(v7)) return INVALID;
+    const v8 = v7["id"];
+    if (typeof v8 !== "string") return INVALID;
+    const v9 = v7["kind"];
+    if (!c0.has(v9)) return INVALID;
+    const v10 = v7["message"];
+    if (typeof v10 !== "string") return INVALID;
+    const v11 = { "id": v8, "kind": v9, "message": v10 };
+    v5[v6] = v11;
+  }
+  const v12 = { "ok": v0, "checked": v1, "prunedThrough": v3, "problems": v5 };
+  return v12;
+  };
+  }),
+};
+
 /** Parses like `ArchiveUploadResultSchema.safeParse`: the value, or INVALID. */
 export const ArchiveUploadResultParser: WireParser<z.output<typeof contract.ArchiveUploadResultSchema>> = {
   schemaName: 'ArchiveUploadResultSchema',
