@@ -49,6 +49,7 @@ export const WIRE_SCHEMAS = [
   'TemplateListSchema',
   'TemplateSchema',
   'TenantDefaultsSchema',
+  'UsageReportSchema',
   'WebhookListSchema',
 ] as const satisfies readonly (keyof typeof contract)[];
 

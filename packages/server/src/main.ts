@@ -37,6 +37,7 @@ import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
 import { TenantDefaultsService } from './services/tenant-defaults-service.js';
+import { UsageService } from './services/usage-service.js';
 import { WarmPool } from './services/warm-pool.js';
 import { WebhookDispatcher } from './services/webhook-dispatcher.js';
 import { EventStore } from './store/event-store.js';
@@ -252,6 +253,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
     tenantDefaults,
     activity,
+    usage: new UsageService({ events: eventStore, sandboxes: store.sandboxes, clock }),
     audit: new AuditService({ store: store.audit, clock, logger: logger.child({ component: 'audit' }) }),
     driverName: driver.name,
   };
@@ -268,7 +270,10 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     orphanGraceMs: config.orphanGraceMs,
     actors,
   });
-  metrics.setSources(metricsSources(store, driver));
+  metrics.setSources({
+    ...metricsSources(store, driver),
+    usageByTenant: () => services.usage?.totalsByTenant() ?? Promise.resolve(new Map()),
+  });
   const policies = new PolicyEnforcer({
     sandboxes: store.sandboxes,
     snapshots: store.snapshots,

@@ -3398,6 +3398,73 @@ export const TenantDefaultsParser: WireParser<z.output<typeof contract.TenantDef
   }),
 };
 
+/** Parses like `UsageReportSchema.safeParse`: the value, or INVALID. */
+export const UsageReportParser: WireParser<z.output<typeof contract.UsageReportSchema>> = {
+  schemaName: 'UsageReportSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["tenantId"];
+  if (typeof v0 !== "string") return INVALID;
+  const v1 = input["from"];
+  if (typeof v1 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v1)) return INVALID;
+  const v2 = input["to"];
+  if (typeof v2 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v2)) return INVALID;
+  const v3 = input["groupBy"];
+  if (typeof v3 !== "string") return INVALID;
+  const v4 = input["groups"];
+  if (!Array.isArray(v4)) return INVALID;
+  const v5 = new Array(v4.length);
+  for (let v6 = 0; v6 < v4.length; v6++) {
+    const v7 = v4[v6];
+    if (typeof v7 !== "object" || v7 === null || Array.isArray(v7)) return INVALID;
+    const v8 = v7["runningSeconds"];
+    if (typeof v8 !== "number" || !Number.isFinite(v8)) return INVALID;
+    const v9 = v7["vcpuSeconds"];
+    if (typeof v9 !== "number" || !Number.isFinite(v9)) return INVALID;
+    const v10 = v7["memoryGiBSeconds"];
+    if (typeof v10 !== "number" || !Number.isFinite(v10)) return INVALID;
+    const v11 = v7["pausedSeconds"];
+    if (typeof v11 !== "number" || !Number.isFinite(v11)) return INVALID;
+    const v12 = v7["stoppedSeconds"];
+    if (typeof v12 !== "number" || !Number.isFinite(v12)) return INVALID;
+    const v13 = v7["diskGiBSeconds"];
+    if (typeof v13 !== "number" || !Number.isFinite(v13)) return INVALID;
+    const v14 = v7["snapshotGiBSeconds"];
+    if (typeof v14 !== "number" || !Number.isFinite(v14)) return INVALID;
+    const v15 = v7["key"];
+    if (typeof v15 !== "string") return INVALID;
+    const v16 = { "runningSeconds": v8, "vcpuSeconds": v9, "memoryGiBSeconds": v10, "pausedSeconds": v11, "stoppedSeconds": v12, "diskGiBSeconds": v13, "snapshotGiBSeconds": v14, "key": v15 };
+    v5[v6] = v16;
+  }
+  const v17 = input["total"];
+  if (typeof v17 !== "object" || v17 === null || Array.isArray(v17)) return INVALID;
+  const v18 = v17["runningSeconds"];
+  if (typeof v18 !== "number" || !Number.isFinite(v18)) return INVALID;
+  const v19 = v17["vcpuSeconds"];
+  if (typeof v19 !== "number" || !Number.isFinite(v19)) return INVALID;
+  const v20 = v17["memoryGiBSeconds"];
+  if (typeof v20 !== "number" || !Number.isFinite(v20)) return INVALID;
+  const v21 = v17["pausedSeconds"];
+  if (typeof v21 !== "number" || !Number.isFinite(v21)) return INVALID;
+  const v22 = v17["stoppedSeconds"];
+  if (typeof v22 !== "number" || !Number.isFinite(v22)) return INVALID;
+  const v23 = v17["diskGiBSeconds"];
+  if (typeof v23 !== "number" || !Number.isFinite(v23)) return INVALID;
+  const v24 = v17["snapshotGiBSeconds"];
+  if (typeof v24 !== "number" || !Number.isFinite(v24)) return INVALID;
+  const v25 = { "runningSeconds": v18, "vcpuSeconds": v19, "memoryGiBSeconds": v20, "pausedSeconds": v21, "stoppedSeconds": v22, "diskGiBSeconds": v23, "snapshotGiBSeconds": v24 };
+  const v26 = { "tenantId": v0, "from": v1, "to": v2, "groupBy": v3, "groups": v5, "total": v25 };
+  return v26;
+  };
+  }),
+};
+
 /** Parses like `WebhookListSchema.safeParse`: the value, or INVALID. */
 export const WebhookListParser: WireParser<z.output<typeof contract.WebhookListSchema>> = {
   schemaName: 'WebhookListSchema',

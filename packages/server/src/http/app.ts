@@ -39,6 +39,7 @@ import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { assertRouteHasAccess, registerScopeGuard } from './scope-guard.js';
 import { registerTemplateRoutes } from './template-routes.js';
+import { registerUsageRoutes } from './usage-routes.js';
 import type { ZodApp } from './zod-app.js';
 
 /** Server version reported by `/v1/health` and the OpenAPI document. */
@@ -196,6 +197,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerAuditRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerUsageRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );

@@ -13,6 +13,7 @@ import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 import type { TenantDefaultsService } from './tenant-defaults-service.js';
+import type { UsageService } from './usage-service.js';
 
 /** Every service the HTTP layer calls. */
 export interface Services {
@@ -40,6 +41,8 @@ export interface Services {
   activity?: ActivityTracker | undefined;
   /** The audit log. @default absent in the OpenAPI writer */
   audit?: AuditService | undefined;
+  /** Usage metering. @default absent in the OpenAPI writer */
+  usage?: UsageService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }
