@@ -112,3 +112,17 @@ describe('burrow audit', () => {
     expect(broken.stdout).toBe('edited 2: record 2 was changed\nremoved 3: record 3 is missing\n');
   });
 });
+
+describe('burrow usage', () => {
+  test('prints a table and JSON; from after to is a usage error', async () => {
+    const table = await burrow(['usage', '--group-by', 'day']);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/^DAY\s+RUNNING_S\s+VCPU_S/);
+    expect(table.stdout).toMatch(/\nTOTAL\s+0\s+0/);
+    const json = await burrow(['usage', '--json', '--group-by', 'label:team']);
+    expect(JSON.parse(json.stdout)).toMatchObject({ tenantId: 'default', groupBy: 'label:team', groups: [] });
+    const bad = await burrow(['usage', '--from', '2026-12-02T00:00:00Z', '--to', '2026-12-01T00:00:00Z']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/`from` is after `to`/);
+  });
+});

@@ -1,5 +1,5 @@
-import type { AuditList, AuditRecord, AuditResult, AuditVerify } from '@burrow/contract';
-import { AuditListParser, AuditVerifyParser } from './contract-wire.js';
+import type { AuditList, AuditRecord, AuditResult, AuditVerify, UsageReport } from '@burrow/contract';
+import { AuditListParser, AuditVerifyParser, UsageReportParser } from './contract-wire.js';
 import type { HttpClient } from './http-client.js';
 
 /** Filters of {@link Audit.list}. */
@@ -97,5 +97,48 @@ export class Audit {
    */
   async verify(): Promise<AuditVerify> {
     return this.#http.json(AuditVerifyParser, 'GET', '/audit/verify');
+  }
+}
+
+/** Options of {@link Usage.get}. */
+export interface UsageOptions {
+  /** Window start (ISO-8601, inclusive). @default 24 hours before `to` */
+  from?: string | undefined;
+  /** Window end (ISO-8601, exclusive); time after now is not charged. @default now */
+  to?: string | undefined;
+  /** `sandbox`, `day` (UTC) or `label:KEY`. @default 'sandbox' */
+  groupBy?: 'sandbox' | 'day' | `label:${string}` | undefined;
+  /** Another tenant's usage (admin keys). @default the caller's tenant */
+  tenant?: string | undefined;
+}
+
+/**
+ * Usage metering from the event log: running seconds × vCPU and × GiB memory, paused and stopped seconds × GiB disk,
+ * snapshot GiB-seconds. `client.usage`.
+ * @example
+ * ```ts
+ * const { total } = await client.usage.get({ from: '2026-12-01T00:00:00Z', groupBy: 'day' });
+ * ```
+ */
+export class Usage {
+  readonly #http: HttpClient;
+
+  /** @internal Use `client.usage`. */
+  constructor(http: HttpClient) {
+    this.#http = http;
+  }
+
+  /**
+   * Usage over a window, grouped.
+   * @throws `InvalidRequestError` for `from` after `to` or an unknown `groupBy`; `PermissionDeniedError` for another
+   *   tenant without an admin key.
+   * @example
+   * ```ts
+   * const report = await client.usage.get({ groupBy: 'label:team' });
+   * ```
+   */
+  async get(options: UsageOptions = {}): Promise<UsageReport> {
+    const { from, to, groupBy, tenant } = options;
+    return this.#http.json(UsageReportParser, 'GET', '/usage', { query: { from, to, groupBy, tenant } });
   }
 }

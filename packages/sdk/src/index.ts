@@ -29,6 +29,8 @@ export type {
   Snapshot,
   Template,
   UpdateSandboxRequest,
+  UsageReport,
+  UsageTotals,
   Webhook,
 } from '@burrow/contract';
 export {
@@ -105,7 +107,7 @@ export {
   type WatchOptions,
   type WriteFileOptions,
 } from './files.js';
-export { Audit, type FollowAuditOptions, type ListAuditOptions } from './governance.js';
+export { Audit, type FollowAuditOptions, type ListAuditOptions, Usage, type UsageOptions } from './governance.js';
 export {
   type CreatedWebhook,
   type EventFilter,

@@ -1,6 +1,6 @@
-import type { AuditRecord, ListAuditOptions } from '@burrow/sdk';
+import type { AuditRecord, ListAuditOptions, UsageOptions, UsageTotals } from '@burrow/sdk';
 import type { Command } from 'commander';
-import { type CliContext, connectionFor, type GlobalOptions, loadSdk } from '../cli-context.js';
+import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSdk } from '../cli-context.js';
 import { ExitCode, UsageError } from '../exit-codes.js';
 import { parsePositiveInt } from '../key-value-parse.js';
 
@@ -60,7 +60,24 @@ function addFilterOptions(command: Command): Command {
     .option('--after <id>', 'records after this id');
 }
 
-/** Registers `burrow audit [--follow]`, `burrow audit export` and `burrow audit verify`. */
+const round = (n: number) => String(Math.round(n * 1000) / 1000);
+
+/** Rows of a usage report's table: one per group, then the total. */
+export function usageRows(groups: ReadonlyArray<UsageTotals & { key: string }>, total: UsageTotals): string[][] {
+  const row = (key: string, t: UsageTotals) => [
+    key,
+    round(t.runningSeconds),
+    round(t.vcpuSeconds),
+    round(t.memoryGiBSeconds),
+    round(t.pausedSeconds),
+    round(t.stoppedSeconds),
+    round(t.diskGiBSeconds),
+    round(t.snapshotGiBSeconds),
+  ];
+  return [...groups.map((g) => row(g.key === '' ? '(none)' : g.key, g)), row('TOTAL', total)];
+}
+
+/** Registers `burrow audit [--follow]`, `burrow audit export`, `burrow audit verify` and `burrow usage`. */
 export function registerGovernanceCommands(program: Command, context: CliContext & { exitCode: number }): void {
   const audit = addFilterOptions(
     program
@@ -128,5 +145,46 @@ export function registerGovernanceCommands(program: Command, context: CliContext
         for (const p of result.problems) context.stdout.write(`${p.kind} ${p.id}: ${p.message}\n`);
       }
       if (!result.ok) context.exitCode = ExitCode.failure;
+    });
+
+  program
+    .command('usage')
+    .description('usage from the event log: running × vCPU and memory, paused/stopped × disk, snapshot GiB-seconds')
+    .option('--from <instant>', 'window start, ISO-8601 (default: 24 hours before --to)')
+    .option('--to <instant>', 'window end, ISO-8601 (default: now)')
+    .option('--group-by <grouping>', 'sandbox, day or label:KEY (default: sandbox)')
+    .option('--tenant <tenant>', "another tenant's usage (admin key)")
+    .option('--json', 'print the report as JSON')
+    .action(async (_options: unknown, command: Command) => {
+      const flags = command.optsWithGlobals<
+        GlobalOptions & { from?: string; to?: string; groupBy?: string; tenant?: string; json?: boolean }
+      >();
+      const { BurrowClient } = await loadSdk();
+      const report = await new BurrowClient(connectionFor(context, flags)).usage.get({
+        from: flags.from,
+        to: flags.to,
+        groupBy: flags.groupBy as UsageOptions['groupBy'],
+        tenant: flags.tenant,
+      });
+      if (flags.json === true) {
+        context.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+        return;
+      }
+      context.stderr.write(`usage of tenant ${report.tenantId} from ${report.from} to ${report.to}\n`);
+      context.stdout.write(
+        formatTable(
+          [
+            report.groupBy.toUpperCase(),
+            'RUNNING_S',
+            'VCPU_S',
+            'MEM_GIB_S',
+            'PAUSED_S',
+            'STOPPED_S',
+            'DISK_GIB_S',
+            'SNAP_GIB_S',
+          ],
+          usageRows(report.groups, report.total),
+        ),
+      );
     });
 }
