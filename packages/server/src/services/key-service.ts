@@ -240,6 +240,8 @@ export class KeyService {
       scopes: request.scopes ?? null,
       restriction,
       expiresAt: expiresAtMs === null ? null : new Date(expiresAtMs).toISOString(),
+      // One reading of the clock: a ttlMs key expires exactly ttlMs after its createdAt.
+      createdAt: new Date(nowMs).toISOString(),
     });
   }
 
@@ -295,6 +297,7 @@ export class KeyService {
     scopes?: KeyScope[] | null;
     restriction?: KeyRestriction | null;
     expiresAt?: string | null;
+    createdAt?: string;
   }) {
     const secret = newSecret(request.format);
     const record: ApiKeyRecord = {
@@ -304,7 +307,7 @@ export class KeyService {
       role: request.role,
       prefix: secret.slice(0, PREFIX_LENGTH),
       secretHash: hashSecret(secret),
-      createdAt: isoNow(this.deps.clock),
+      createdAt: request.createdAt ?? isoNow(this.deps.clock),
       revokedAt: null,
       scopes: request.scopes ?? null,
       restriction: request.restriction ?? null,
