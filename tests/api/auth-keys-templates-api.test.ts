@@ -171,22 +171,29 @@ describe('auth', () => {
 });
 
 describe('keys', () => {
-  test('members cannot manage keys and see only their tenant', async () => {
+  test('members manage only member and viewer keys of their own tenant and see only their tenant', async () => {
     const member = await newKey({ name: 'member-a', tenantId: 'tenant-a' });
+    const other = await newKey({ name: 'member-b', tenantId: 'tenant-b' });
+    for (const payload of [
+      { name: 'x', role: 'admin' },
+      { name: 'x', tenantId: 'tenant-b' },
+    ]) {
+      expectError(
+        await h.burrow.app.inject({ method: 'POST', url: '/v1/keys', headers: bearer(member.secret), payload }),
+        403,
+        'forbidden',
+      );
+    }
     expectError(
-      await h.burrow.app.inject({
-        method: 'POST',
-        url: '/v1/keys',
-        headers: bearer(member.secret),
-        payload: { name: 'x' },
-      }),
-      403,
-      'forbidden',
+      await h.burrow.app.inject({ method: 'DELETE', url: `/v1/keys/${other.key.id}`, headers: bearer(member.secret) }),
+      404,
+      'key_not_found',
     );
+    const admin = (await h.burrow.app.inject({ method: 'GET', url: '/v1/keys', headers: h.admin })).json().items[0];
     expectError(
-      await h.burrow.app.inject({ method: 'DELETE', url: `/v1/keys/${member.key.id}`, headers: bearer(member.secret) }),
-      403,
-      'forbidden',
+      await h.burrow.app.inject({ method: 'DELETE', url: `/v1/keys/${admin.id}`, headers: bearer(member.secret) }),
+      404,
+      'key_not_found',
     );
     const listed = (
       await h.burrow.app.inject({ method: 'GET', url: '/v1/keys', headers: bearer(member.secret) })

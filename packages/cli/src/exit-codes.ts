@@ -37,7 +37,7 @@ const NOT_FOUND_CODES = new Set(
     .filter(([, status]) => status === 404)
     .map(([code]) => code),
 );
-const AUTH_CODES = new Set(['unauthorized', 'forbidden']);
+const AUTH_CODES = new Set(['unauthorized', 'key_expired', 'forbidden']);
 
 /** The process exit code for an error thrown by a CLI command. */
 export function exitCodeForError(err: unknown): number {

@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { UsageError } from './exit-codes.js';
-import { collect, keyValueRecord, parseKeyValue, parsePositiveInt, parsePositiveNumber } from './key-value-parse.js';
+import {
+  collect,
+  keyValueRecord,
+  parseDurationMs,
+  parseKeyValue,
+  parsePositiveInt,
+  parsePositiveNumber,
+} from './key-value-parse.js';
 
 describe('parseKeyValue', () => {
   it.each([
@@ -38,5 +45,21 @@ describe('number options', () => {
   it('parses positive fractions', () => {
     expect(parsePositiveNumber('0.5', '--cpu')).toBe(0.5);
     for (const bad of ['0', '-2', 'x', ' ']) expect(() => parsePositiveNumber(bad, '--cpu')).toThrow(UsageError);
+  });
+});
+
+describe('parseDurationMs', () => {
+  it('reads units and bare milliseconds', () => {
+    expect(parseDurationMs('1h', '--ttl')).toBe(3_600_000);
+    expect(parseDurationMs('30m', '--ttl')).toBe(1_800_000);
+    expect(parseDurationMs('45s', '--ttl')).toBe(45_000);
+    expect(parseDurationMs('7d', '--ttl')).toBe(604_800_000);
+    expect(parseDurationMs('1.5h', '--ttl')).toBe(5_400_000);
+    expect(parseDurationMs('2500', '--ttl')).toBe(2500);
+  });
+  it('refuses anything else', () => {
+    for (const bad of ['', '0', '1w', 'h', '-1h', '1 hour']) {
+      expect(() => parseDurationMs(bad, '--ttl'), bad).toThrow(UsageError);
+    }
   });
 });

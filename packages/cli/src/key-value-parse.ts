@@ -46,3 +46,19 @@ export function parsePositiveNumber(text: string, what: string): number {
   }
   return value;
 }
+
+const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/**
+ * Parses a duration: a number with a unit (`500ms`, `45s`, `30m`, `1h`, `7d`), or a bare integer of milliseconds.
+ * @returns milliseconds
+ * @throws {@link UsageError} for anything else, or zero.
+ */
+export function parseDurationMs(text: string, what: string): number {
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim());
+  const ms = match === null ? Number.NaN : Number(match[1]) * (DURATION_UNITS_MS[match[2] ?? 'ms'] ?? Number.NaN);
+  if (!Number.isFinite(ms) || ms <= 0) {
+    throw new UsageError(`${what} must be a duration such as 30m, 1h or 7d, got "${text}"`);
+  }
+  return Math.round(ms);
+}

@@ -3,6 +3,7 @@ import type { CliContext } from './cli-context.js';
 import { registerE2bCommands } from './commands/e2b-commands.js';
 import { registerExecCommand } from './commands/exec-command.js';
 import { registerFilesCommands } from './commands/files-commands.js';
+import { registerGovernanceCommands } from './commands/governance-commands.js';
 import { registerHygieneCommands } from './commands/hygiene-commands.js';
 import { registerKeysCommands } from './commands/keys-commands.js';
 import { registerLifecycleCommands } from './commands/lifecycle-commands.js';
@@ -43,6 +44,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerFilesCommands(program, context);
   registerTemplateCommands(program, context);
   registerKeysCommands(program, context);
+  registerGovernanceCommands(program, context);
   registerLifecycleCommands(program, context);
   registerNetworkCommands(program, context);
   registerTenantCommands(program, context);

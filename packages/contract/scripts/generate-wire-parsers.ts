@@ -18,6 +18,8 @@ import * as contract from '../src/index.js';
 /** The schemas the SDK parses wire data with: every response body and stream frame. */
 export const WIRE_SCHEMAS = [
   'ApiKeyListSchema',
+  'AuditListSchema',
+  'AuditVerifySchema',
   'ArchiveUploadResultSchema',
   'BatchWriteResponseSchema',
   'CommandInfoSchema',
@@ -47,6 +49,7 @@ export const WIRE_SCHEMAS = [
   'TemplateListSchema',
   'TemplateSchema',
   'TenantDefaultsSchema',
+  'UsageReportSchema',
   'WebhookListSchema',
 ] as const satisfies readonly (keyof typeof contract)[];
 

@@ -11,7 +11,12 @@ export const ErrorCode = {
   payloadTooLarge: 'payload_too_large',
   /** No API key, or an unknown or revoked one. */
   unauthorized: 'unauthorized',
-  /** The key is valid but may not do this (for example a non-admin key managing keys). */
+  /** The API key passed its expiry (`expiresAt`): ask whoever issued it for a new one. */
+  keyExpired: 'key_expired',
+  /**
+   * The key is valid but may not do this: a non-admin key managing keys, a viewer key changing something, a key
+   * without the route's scope (`details.requiredScope`), or a key restricted to one sandbox reaching past it.
+   */
   forbidden: 'forbidden',
   /** No route matches the method and path. */
   routeNotFound: 'route_not_found',
@@ -124,6 +129,7 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   invalid_json: 400,
   payload_too_large: 413,
   unauthorized: 401,
+  key_expired: 401,
   forbidden: 403,
   route_not_found: 404,
   sandbox_not_found: 404,

@@ -1,3 +1,4 @@
+export * from './audit.js';
 export * from './base64.js';
 export * from './commands.js';
 export * from './common.js';
@@ -14,3 +15,4 @@ export * from './sandbox.js';
 export * from './snapshots.js';
 export * from './templates.js';
 export * from './tenant-defaults.js';
+export * from './usage.js';

@@ -18,6 +18,7 @@ import {
   TemplateParser,
 } from './contract-wire.js';
 import { ClientErrorCode, errorFromWire, ProtocolError, TemplateBuildError } from './errors.js';
+import { Audit, Usage } from './governance.js';
 import { HttpClient, parseBody } from './http-client.js';
 import { Events, Quotas, Webhooks } from './lifecycle.js';
 import { SseParser } from './sse-parser.js';
@@ -232,6 +233,10 @@ export class BurrowClient {
   readonly webhooks: Webhooks;
   /** Tenant quotas: get, set (admin). */
   readonly quotas: Quotas;
+  /** The audit log: list, follow, verify. */
+  readonly audit: Audit;
+  /** Usage metering. */
+  readonly usage: Usage;
   readonly #http: HttpClient;
 
   constructor(options: ConnectionOptions = {}) {
@@ -241,6 +246,8 @@ export class BurrowClient {
     this.events = new Events(this.#http);
     this.webhooks = new Webhooks(this.#http);
     this.quotas = new Quotas(this.#http);
+    this.audit = new Audit(this.#http);
+    this.usage = new Usage(this.#http);
   }
 
   /** Base URL the client talks to (defaults applied). */

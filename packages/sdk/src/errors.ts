@@ -164,6 +164,7 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   payload_too_large: InvalidRequestError,
   invalid_path: InvalidRequestError,
   unauthorized: AuthenticationError,
+  key_expired: AuthenticationError,
   forbidden: PermissionDeniedError,
   route_not_found: RouteNotFoundError,
   sandbox_not_found: SandboxNotFoundError,

@@ -1,5 +1,10 @@
 export type {
   ApiKey,
+  ApiKeyRole,
+  AuditList,
+  AuditRecord,
+  AuditResult,
+  AuditVerify,
   BuildTemplateRequest,
   CommandInfo,
   CreateApiKeyRequest,
@@ -10,6 +15,8 @@ export type {
   ExitReason,
   Expiry,
   FileInfo,
+  KeyRestriction,
+  KeyScope,
   NetworkPolicyRequest,
   NetworkUsage,
   Quota,
@@ -22,6 +29,8 @@ export type {
   Snapshot,
   Template,
   UpdateSandboxRequest,
+  UsageReport,
+  UsageTotals,
   Webhook,
 } from '@burrow/contract';
 export {
@@ -98,6 +107,7 @@ export {
   type WatchOptions,
   type WriteFileOptions,
 } from './files.js';
+export { Audit, type FollowAuditOptions, type ListAuditOptions, Usage, type UsageOptions } from './governance.js';
 export {
   type CreatedWebhook,
   type EventFilter,

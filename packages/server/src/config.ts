@@ -112,6 +112,18 @@ export interface Config {
    * @default null: none (BURROW_TEST_CRASH_AT)
    */
   testCrashAt?: string | null;
+  /**
+   * The audit log: how long records are kept, ms (null: forever), and whether command lines are recorded (they can
+   * carry secrets). @default 31_536_000_000 (365 days), no command lines (BURROW_AUDIT_RETENTION_MS, `none` keeps
+   * forever; BURROW_AUDIT_COMMAND_LINES=1)
+   */
+  audit?: AuditConfig;
+}
+
+/** See {@link Config.audit}. */
+export interface AuditConfig {
+  retentionMs: number | null;
+  commandLines: boolean;
 }
 
 /** Values that win over the environment (CLI flags). */
@@ -209,6 +221,13 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
     imageEncryption: overrides.imageEncryption ?? imageEncryptionFrom(env, dataDir),
     snapshotStore: overrides.snapshotStore ?? snapshotStoreFrom(env),
     testCrashAt: overrides.testCrashAt ?? env.BURROW_TEST_CRASH_AT ?? null,
+    audit: overrides.audit ?? {
+      retentionMs:
+        env.BURROW_AUDIT_RETENTION_MS === 'none'
+          ? null
+          : intFrom(env.BURROW_AUDIT_RETENTION_MS, 'BURROW_AUDIT_RETENTION_MS', 365 * 24 * 3600 * 1000),
+      commandLines: ['1', 'true'].includes(env.BURROW_AUDIT_COMMAND_LINES ?? ''),
+    },
     network:
       overrides.network !== undefined
         ? overrides.network

@@ -18,6 +18,7 @@ import { PolicyEnforcer } from './lifecycle/policy-enforcer.js';
 import { Reconciler } from './lifecycle/reconciler.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
 import { startSandboxDns } from './sandbox-dns.js';
+import { AuditService } from './services/audit-service.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
 import { CommandService } from './services/command-service.js';
 import { EventService } from './services/event-service.js';
@@ -36,6 +37,7 @@ import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
 import { TenantDefaultsService } from './services/tenant-defaults-service.js';
+import { UsageService } from './services/usage-service.js';
 import { WarmPool } from './services/warm-pool.js';
 import { WebhookDispatcher } from './services/webhook-dispatcher.js';
 import { EventStore } from './store/event-store.js';
@@ -162,7 +164,12 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
         })
       : null;
   const blobs = deps.blobs ?? s3 ?? new LocalDirBlobStore(join(config.dataDir, 'snapshots'));
-  const keys = new KeyService({ keys: store.keys, clock, logger });
+  const keys = new KeyService({
+    keys: store.keys,
+    clock,
+    logger,
+    sandboxExists: async (tenantId, id) => (await store.sandboxes.get(tenantId, id)) !== null,
+  });
   const templates = new TemplateService({
     templates: store.templates,
     sandboxes: store.sandboxes,
@@ -246,6 +253,8 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
     tenantDefaults,
     activity,
+    usage: new UsageService({ events: eventStore, sandboxes: store.sandboxes, clock }),
+    audit: new AuditService({ store: store.audit, clock, logger: logger.child({ component: 'audit' }) }),
     driverName: driver.name,
   };
   const reconciler = new Reconciler({
@@ -261,7 +270,10 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     orphanGraceMs: config.orphanGraceMs,
     actors,
   });
-  metrics.setSources(metricsSources(store, driver));
+  metrics.setSources({
+    ...metricsSources(store, driver),
+    usageByTenant: () => services.usage?.totalsByTenant() ?? Promise.resolve(new Map()),
+  });
   const policies = new PolicyEnforcer({
     sandboxes: store.sandboxes,
     snapshots: store.snapshots,
@@ -283,6 +295,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     bodyLimitBytes: config.bodyLimitBytes,
     httpLimits: config.httpLimits,
     actors,
+    auditCommandLines: config.audit?.commandLines ?? false,
   });
   const e2b = await buildE2bServers({ services, sandboxes: store.sandboxes, driver, dataDir: config.dataDir, logger });
   return {
@@ -307,6 +320,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await events.flush();
       await e2b.close();
       await app.close();
+      await services.audit?.close();
       await driver.close?.();
       await resolver?.close();
       await store.close();
@@ -410,6 +424,7 @@ export async function startServer(
     armCrashPoint(config.testCrashAt ?? null);
     burrow.reconciler.start(config.reconcileIntervalMs);
     burrow.policies.start(config.policyIntervalMs);
+    burrow.services.audit?.startRetention(config.audit?.retentionMs ?? null);
     burrow.webhooks.start();
     burrow.pool.start();
     const url = await burrow.app.listen({ host: config.host, port: config.port });

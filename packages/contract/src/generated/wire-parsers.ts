@@ -61,8 +61,11 @@ export const ApiKeyListParser: WireParser<z.output<typeof contract.ApiKeyListSch
   schemaName: 'ApiKeyListSchema',
   parse: lazyParser(() => {
   const c0 = new RegExp("^key_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
-  const c1 = new Set(["admin", "member"]);
-  const c2 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  const c1 = new Set(["admin", "member", "viewer"]);
+  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "admin"]);
+  const c3 = isPlainObject;
+  const c4 = Object.prototype.propertyIsEnumerable;
+  const c5 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -81,25 +84,235 @@ export const ApiKeyListParser: WireParser<z.output<typeof contract.ApiKeyListSch
     if (typeof v6 !== "string") return INVALID;
     const v7 = v3["role"];
     if (!c1.has(v7)) return INVALID;
-    const v8 = v3["prefix"];
-    if (typeof v8 !== "string") return INVALID;
-    const v9 = v3["createdAt"];
-    if (typeof v9 !== "string") return INVALID;
-    c2.lastIndex = 0;
-    if (!c2.test(v9)) return INVALID;
-    const v10 = v3["revokedAt"];
+    const v8 = v3["scopes"];
+    let v9 = null;
+    if (v8 !== null) {
+      if (!Array.isArray(v8)) return INVALID;
+      const v10 = new Array(v8.length);
+      for (let v11 = 0; v11 < v8.length; v11++) {
+        const v12 = v8[v11];
+        if (!c2.has(v12)) return INVALID;
+        v10[v11] = v12;
+      }
+      v9 = v10;
+    }
+    const v13 = v3["restriction"];
+    let v14 = null;
+    if (v13 !== null) {
+      const v15 = v13?.["type"];
+      let v16;
+      if (v15 === "sandbox") {
+        if (typeof v13 !== "object" || v13 === null || Array.isArray(v13)) return INVALID;
+        const v17 = v13["type"];
+        if (v17 !== "sandbox") return INVALID;
+        const v18 = v13["sandboxId"];
+        if (typeof v18 !== "string") return INVALID;
+        const v19 = { "type": v17, "sandboxId": v18 };
+        v16 = v19;
+      }
+      else if (v15 === "labels") {
+        if (typeof v13 !== "object" || v13 === null || Array.isArray(v13)) return INVALID;
+        const v20 = v13["type"];
+        if (v20 !== "labels") return INVALID;
+        const v21 = v13["labels"];
+        if (!c3(v21)) return INVALID;
+        const v22 = {};
+        const v25 = Object.getOwnPropertySymbols(v21);
+        const v26 = Object.getOwnPropertyNames(v21);
+        for (let v27 = 0; v27 < v26.length; v27++) {
+          const v23 = v26[v27];
+          if (v23 === "__proto__" || !c4.call(v21, v23)) continue;
+          const v24 = v21[v23];
+          if (typeof v24 !== "string") return INVALID;
+          v22[v23] = v24;
+        }
+        for (let v27 = 0; v27 < v25.length; v27++) {
+          const v23 = v25[v27];
+          if (!c4.call(v21, v23)) continue;
+          return INVALID;
+        }
+        const v28 = { "type": v20, "labels": v22 };
+        v16 = v28;
+      }
+      else { return INVALID; }
+      v14 = v16;
+    }
+    const v29 = v3["prefix"];
+    if (typeof v29 !== "string") return INVALID;
+    const v30 = v3["createdAt"];
+    if (typeof v30 !== "string") return INVALID;
+    c5.lastIndex = 0;
+    if (!c5.test(v30)) return INVALID;
+    const v31 = v3["expiresAt"];
+    let v32 = null;
+    if (v31 !== null) {
+      if (typeof v31 !== "string") return INVALID;
+      c5.lastIndex = 0;
+      if (!c5.test(v31)) return INVALID;
+      v32 = v31;
+    }
+    const v33 = v3["revokedAt"];
+    let v34 = null;
+    if (v33 !== null) {
+      if (typeof v33 !== "string") return INVALID;
+      c5.lastIndex = 0;
+      if (!c5.test(v33)) return INVALID;
+      v34 = v33;
+    }
+    const v35 = v3["lastUsedAt"];
+    let v36 = null;
+    if (v35 !== null) {
+      if (typeof v35 !== "string") return INVALID;
+      c5.lastIndex = 0;
+      if (!c5.test(v35)) return INVALID;
+      v36 = v35;
+    }
+    const v37 = { "id": v4, "name": v5, "tenantId": v6, "role": v7, "scopes": v9, "restriction": v14, "prefix": v29, "createdAt": v30, "expiresAt": v32, "revokedAt": v34, "lastUsedAt": v36 };
+    v1[v2] = v37;
+  }
+  const v38 = { "items": v1 };
+  return v38;
+  };
+  }),
+};
+
+/** Parses like `AuditListSchema.safeParse`: the value, or INVALID. */
+export const AuditListParser: WireParser<z.output<typeof contract.AuditListSchema>> = {
+  schemaName: 'AuditListSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  const c1 = new Set(["ok", "refused", "failed"]);
+  const c2 = isPlainObject;
+  const c3 = Object.prototype.propertyIsEnumerable;
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["items"];
+  if (!Array.isArray(v0)) return INVALID;
+  const v1 = new Array(v0.length);
+  for (let v2 = 0; v2 < v0.length; v2++) {
+    const v3 = v0[v2];
+    if (typeof v3 !== "object" || v3 === null || Array.isArray(v3)) return INVALID;
+    const v4 = v3["id"];
+    if (typeof v4 !== "string") return INVALID;
+    const v5 = v3["at"];
+    if (typeof v5 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v5)) return INVALID;
+    const v6 = v3["tenantId"];
+    let v7 = null;
+    if (v6 !== null) {
+      if (typeof v6 !== "string") return INVALID;
+      v7 = v6;
+    }
+    const v8 = v3["keyId"];
+    let v9 = null;
+    if (v8 !== null) {
+      if (typeof v8 !== "string") return INVALID;
+      v9 = v8;
+    }
+    const v10 = v3["keyName"];
     let v11 = null;
     if (v10 !== null) {
       if (typeof v10 !== "string") return INVALID;
-      c2.lastIndex = 0;
-      if (!c2.test(v10)) return INVALID;
       v11 = v10;
     }
-    const v12 = { "id": v4, "name": v5, "tenantId": v6, "role": v7, "prefix": v8, "createdAt": v9, "revokedAt": v11 };
-    v1[v2] = v12;
+    const v12 = v3["sourceAddress"];
+    if (typeof v12 !== "string") return INVALID;
+    const v13 = v3["requestId"];
+    if (typeof v13 !== "string") return INVALID;
+    const v14 = v3["action"];
+    if (typeof v14 !== "string") return INVALID;
+    const v15 = v3["target"];
+    let v16 = null;
+    if (v15 !== null) {
+      if (typeof v15 !== "string") return INVALID;
+      v16 = v15;
+    }
+    const v17 = v3["result"];
+    if (!c1.has(v17)) return INVALID;
+    const v18 = v3["status"];
+    if (typeof v18 !== "number" || !Number.isFinite(v18)) return INVALID;
+    if (!Number.isSafeInteger(v18)) return INVALID;
+    const v19 = v3["errorCode"];
+    let v20 = null;
+    if (v19 !== null) {
+      if (typeof v19 !== "string") return INVALID;
+      v20 = v19;
+    }
+    const v21 = v3["details"];
+    let v22 = null;
+    if (v21 !== null) {
+      if (!c2(v21)) return INVALID;
+      const v23 = {};
+      const v26 = Object.getOwnPropertySymbols(v21);
+      const v27 = Object.getOwnPropertyNames(v21);
+      for (let v28 = 0; v28 < v27.length; v28++) {
+        const v24 = v27[v28];
+        if (v24 === "__proto__" || !c3.call(v21, v24)) continue;
+        const v25 = v21[v24];
+        v23[v24] = v25;
+      }
+      for (let v28 = 0; v28 < v26.length; v28++) {
+        const v24 = v26[v28];
+        if (!c3.call(v21, v24)) continue;
+        return INVALID;
+      }
+      v22 = v23;
+    }
+    const v29 = v3["prevHash"];
+    if (typeof v29 !== "string") return INVALID;
+    const v30 = v3["hash"];
+    if (typeof v30 !== "string") return INVALID;
+    const v31 = { "id": v4, "at": v5, "tenantId": v7, "keyId": v9, "keyName": v11, "sourceAddress": v12, "requestId": v13, "action": v14, "target": v16, "result": v17, "status": v18, "errorCode": v20, "details": v22, "prevHash": v29, "hash": v30 };
+    v1[v2] = v31;
   }
-  const v13 = { "items": v1 };
-  return v13;
+  const v32 = input["nextCursor"];
+  let v33 = null;
+  if (v32 !== null) {
+    if (typeof v32 !== "string") return INVALID;
+    v33 = v32;
+  }
+  const v34 = { "items": v1, "nextCursor": v33 };
+  return v34;
+  };
+  }),
+};
+
+/** Parses like `AuditVerifySchema.safeParse`: the value, or INVALID. */
+export const AuditVerifyParser: WireParser<z.output<typeof contract.AuditVerifySchema>> = {
+  schemaName: 'AuditVerifySchema',
+  parse: lazyParser(() => {
+  const c0 = new Set(["edited", "removed"]);
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["ok"];
+  if (typeof v0 !== "boolean") return INVALID;
+  const v1 = input["checked"];
+  if (typeof v1 !== "number" || !Number.isFinite(v1)) return INVALID;
+  if (!Number.isSafeInteger(v1)) return INVALID;
+  const v2 = input["prunedThrough"];
+  let v3 = null;
+  if (v2 !== null) {
+    if (typeof v2 !== "string") return INVALID;
+    v3 = v2;
+  }
+  const v4 = input["problems"];
+  if (!Array.isArray(v4)) return INVALID;
+  const v5 = new Array(v4.length);
+  for (let v6 = 0; v6 < v4.length; v6++) {
+    const v7 = v4[v6];
+    if (typeof v7 !== "object" || v7 === null || Array.isArray(v7)) return INVALID;
+    const v8 = v7["id"];
+    if (typeof v8 !== "string") return INVALID;
+    const v9 = v7["kind"];
+    if (!c0.has(v9)) return INVALID;
+    const v10 = v7["message"];
+    if (typeof v10 !== "string") return INVALID;
+    const v11 = { "id": v8, "kind": v9, "message": v10 };
+    v5[v6] = v11;
+  }
+  const v12 = { "ok": v0, "checked": v1, "prunedThrough": v3, "problems": v5 };
+  return v12;
   };
   }),
 };
@@ -477,8 +690,11 @@ export const CreatedApiKeyParser: WireParser<z.output<typeof contract.CreatedApi
   schemaName: 'CreatedApiKeySchema',
   parse: lazyParser(() => {
   const c0 = new RegExp("^key_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
-  const c1 = new Set(["admin", "member"]);
-  const c2 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  const c1 = new Set(["admin", "member", "viewer"]);
+  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "admin"]);
+  const c3 = isPlainObject;
+  const c4 = Object.prototype.propertyIsEnumerable;
+  const c5 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["key"];
@@ -493,25 +709,94 @@ export const CreatedApiKeyParser: WireParser<z.output<typeof contract.CreatedApi
   if (typeof v3 !== "string") return INVALID;
   const v4 = v0["role"];
   if (!c1.has(v4)) return INVALID;
-  const v5 = v0["prefix"];
-  if (typeof v5 !== "string") return INVALID;
-  const v6 = v0["createdAt"];
-  if (typeof v6 !== "string") return INVALID;
-  c2.lastIndex = 0;
-  if (!c2.test(v6)) return INVALID;
-  const v7 = v0["revokedAt"];
-  let v8 = null;
-  if (v7 !== null) {
-    if (typeof v7 !== "string") return INVALID;
-    c2.lastIndex = 0;
-    if (!c2.test(v7)) return INVALID;
-    v8 = v7;
+  const v5 = v0["scopes"];
+  let v6 = null;
+  if (v5 !== null) {
+    if (!Array.isArray(v5)) return INVALID;
+    const v7 = new Array(v5.length);
+    for (let v8 = 0; v8 < v5.length; v8++) {
+      const v9 = v5[v8];
+      if (!c2.has(v9)) return INVALID;
+      v7[v8] = v9;
+    }
+    v6 = v7;
   }
-  const v9 = { "id": v1, "name": v2, "tenantId": v3, "role": v4, "prefix": v5, "createdAt": v6, "revokedAt": v8 };
-  const v10 = input["secret"];
-  if (typeof v10 !== "string") return INVALID;
-  const v11 = { "key": v9, "secret": v10 };
-  return v11;
+  const v10 = v0["restriction"];
+  let v11 = null;
+  if (v10 !== null) {
+    const v12 = v10?.["type"];
+    let v13;
+    if (v12 === "sandbox") {
+      if (typeof v10 !== "object" || v10 === null || Array.isArray(v10)) return INVALID;
+      const v14 = v10["type"];
+      if (v14 !== "sandbox") return INVALID;
+      const v15 = v10["sandboxId"];
+      if (typeof v15 !== "string") return INVALID;
+      const v16 = { "type": v14, "sandboxId": v15 };
+      v13 = v16;
+    }
+    else if (v12 === "labels") {
+      if (typeof v10 !== "object" || v10 === null || Array.isArray(v10)) return INVALID;
+      const v17 = v10["type"];
+      if (v17 !== "labels") return INVALID;
+      const v18 = v10["labels"];
+      if (!c3(v18)) return INVALID;
+      const v19 = {};
+      const v22 = Object.getOwnPropertySymbols(v18);
+      const v23 = Object.getOwnPropertyNames(v18);
+      for (let v24 = 0; v24 < v23.length; v24++) {
+        const v20 = v23[v24];
+        if (v20 === "__proto__" || !c4.call(v18, v20)) continue;
+        const v21 = v18[v20];
+        if (typeof v21 !== "string") return INVALID;
+        v19[v20] = v21;
+      }
+      for (let v24 = 0; v24 < v22.length; v24++) {
+        const v20 = v22[v24];
+        if (!c4.call(v18, v20)) continue;
+        return INVALID;
+      }
+      const v25 = { "type": v17, "labels": v19 };
+      v13 = v25;
+    }
+    else { return INVALID; }
+    v11 = v13;
+  }
+  const v26 = v0["prefix"];
+  if (typeof v26 !== "string") return INVALID;
+  const v27 = v0["createdAt"];
+  if (typeof v27 !== "string") return INVALID;
+  c5.lastIndex = 0;
+  if (!c5.test(v27)) return INVALID;
+  const v28 = v0["expiresAt"];
+  let v29 = null;
+  if (v28 !== null) {
+    if (typeof v28 !== "string") return INVALID;
+    c5.lastIndex = 0;
+    if (!c5.test(v28)) return INVALID;
+    v29 = v28;
+  }
+  const v30 = v0["revokedAt"];
+  let v31 = null;
+  if (v30 !== null) {
+    if (typeof v30 !== "string") return INVALID;
+    c5.lastIndex = 0;
+    if (!c5.test(v30)) return INVALID;
+    v31 = v30;
+  }
+  const v32 = v0["lastUsedAt"];
+  let v33 = null;
+  if (v32 !== null) {
+    if (typeof v32 !== "string") return INVALID;
+    c5.lastIndex = 0;
+    if (!c5.test(v32)) return INVALID;
+    v33 = v32;
+  }
+  const v34 = { "id": v1, "name": v2, "tenantId": v3, "role": v4, "scopes": v6, "restriction": v11, "prefix": v26, "createdAt": v27, "expiresAt": v29, "revokedAt": v31, "lastUsedAt": v33 };
+  const v35 = input["secret"];
+  if (typeof v35 !== "string") return INVALID;
+  const v36 = { "key": v34, "secret": v35 };
+  return v36;
   };
   }),
 };
@@ -571,7 +856,7 @@ export const CreatedWebhookParser: WireParser<z.output<typeof contract.CreatedWe
 export const ErrorEnvelopeParser: WireParser<z.output<typeof contract.ErrorEnvelopeSchema>> = {
   schemaName: 'ErrorEnvelopeSchema',
   parse: lazyParser(() => {
-  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "internal_error"]);
+  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "internal_error"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["error"];
@@ -3109,6 +3394,73 @@ export const TenantDefaultsParser: WireParser<z.output<typeof contract.TenantDef
   }
   const v49 = { "tenantId": v0, "set": v28, "effective": v41, "sources": v43 };
   return v49;
+  };
+  }),
+};
+
+/** Parses like `UsageReportSchema.safeParse`: the value, or INVALID. */
+export const UsageReportParser: WireParser<z.output<typeof contract.UsageReportSchema>> = {
+  schemaName: 'UsageReportSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["tenantId"];
+  if (typeof v0 !== "string") return INVALID;
+  const v1 = input["from"];
+  if (typeof v1 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v1)) return INVALID;
+  const v2 = input["to"];
+  if (typeof v2 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v2)) return INVALID;
+  const v3 = input["groupBy"];
+  if (typeof v3 !== "string") return INVALID;
+  const v4 = input["groups"];
+  if (!Array.isArray(v4)) return INVALID;
+  const v5 = new Array(v4.length);
+  for (let v6 = 0; v6 < v4.length; v6++) {
+    const v7 = v4[v6];
+    if (typeof v7 !== "object" || v7 === null || Array.isArray(v7)) return INVALID;
+    const v8 = v7["runningSeconds"];
+    if (typeof v8 !== "number" || !Number.isFinite(v8)) return INVALID;
+    const v9 = v7["vcpuSeconds"];
+    if (typeof v9 !== "number" || !Number.isFinite(v9)) return INVALID;
+    const v10 = v7["memoryGiBSeconds"];
+    if (typeof v10 !== "number" || !Number.isFinite(v10)) return INVALID;
+    const v11 = v7["pausedSeconds"];
+    if (typeof v11 !== "number" || !Number.isFinite(v11)) return INVALID;
+    const v12 = v7["stoppedSeconds"];
+    if (typeof v12 !== "number" || !Number.isFinite(v12)) return INVALID;
+    const v13 = v7["diskGiBSeconds"];
+    if (typeof v13 !== "number" || !Number.isFinite(v13)) return INVALID;
+    const v14 = v7["snapshotGiBSeconds"];
+    if (typeof v14 !== "number" || !Number.isFinite(v14)) return INVALID;
+    const v15 = v7["key"];
+    if (typeof v15 !== "string") return INVALID;
+    const v16 = { "runningSeconds": v8, "vcpuSeconds": v9, "memoryGiBSeconds": v10, "pausedSeconds": v11, "stoppedSeconds": v12, "diskGiBSeconds": v13, "snapshotGiBSeconds": v14, "key": v15 };
+    v5[v6] = v16;
+  }
+  const v17 = input["total"];
+  if (typeof v17 !== "object" || v17 === null || Array.isArray(v17)) return INVALID;
+  const v18 = v17["runningSeconds"];
+  if (typeof v18 !== "number" || !Number.isFinite(v18)) return INVALID;
+  const v19 = v17["vcpuSeconds"];
+  if (typeof v19 !== "number" || !Number.isFinite(v19)) return INVALID;
+  const v20 = v17["memoryGiBSeconds"];
+  if (typeof v20 !== "number" || !Number.isFinite(v20)) return INVALID;
+  const v21 = v17["pausedSeconds"];
+  if (typeof v21 !== "number" || !Number.isFinite(v21)) return INVALID;
+  const v22 = v17["stoppedSeconds"];
+  if (typeof v22 !== "number" || !Number.isFinite(v22)) return INVALID;
+  const v23 = v17["diskGiBSeconds"];
+  if (typeof v23 !== "number" || !Number.isFinite(v23)) return INVALID;
+  const v24 = v17["snapshotGiBSeconds"];
+  if (typeof v24 !== "number" || !Number.isFinite(v24)) return INVALID;
+  const v25 = { "runningSeconds": v18, "vcpuSeconds": v19, "memoryGiBSeconds": v20, "pausedSeconds": v21, "stoppedSeconds": v22, "diskGiBSeconds": v23, "snapshotGiBSeconds": v24 };
+  const v26 = { "tenantId": v0, "from": v1, "to": v2, "groupBy": v3, "groups": v5, "total": v25 };
+  return v26;
   };
   }),
 };

@@ -15,6 +15,8 @@ import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
 import { newId } from '../util/ids.js';
 import { registerActivityHook } from './activity-hook.js';
+import { answeredErrorCodes, registerAuditHook } from './audit-hook.js';
+import { registerAuditRoutes } from './audit-routes.js';
 import { registerCommandRoutes } from './command-routes.js';
 import { registerCommandStreamRoutes } from './command-stream-routes.js';
 import { mapError } from './error-mapping.js';
@@ -36,7 +38,9 @@ import { registerPersistenceRoutes } from './persistence-routes.js';
 import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
+import { assertRouteHasAccess, registerScopeGuard } from './scope-guard.js';
 import { registerTemplateRoutes } from './template-routes.js';
+import { registerUsageRoutes } from './usage-routes.js';
 import type { ZodApp } from './zod-app.js';
 
 /** Server version reported by `/v1/health` and the OpenAPI document. */
@@ -55,6 +59,8 @@ export interface AppOptions {
   httpLimits?: HttpLimits;
   /** Names the calling key as the actor of the events a request causes (absent: events say `system`). */
   actors?: ActorContext;
+  /** Record command lines in the audit log (they can carry secrets). @default false */
+  auditCommandLines?: boolean;
 }
 
 /**
@@ -117,6 +123,8 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     });
   }
 
+  // Every route declares its scope: one missing from the table stops the build of the app.
+  app.addHook('onRoute', (route) => assertRouteHasAccess(route.method, route.url));
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
@@ -128,6 +136,8 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     if (secret === null) throw missingKey(request.headers.authorization);
     request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
+  registerScopeGuard(app, services);
+  registerAuditHook(app, services, { commandLines: options.auditCommandLines ?? false });
   registerKeyRequestCap(app, limits);
   registerQuarantineGuard(app, services);
   registerActivityHook(app, services);
@@ -135,6 +145,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
 
   app.setErrorHandler(async (error, request, reply) => {
     const mapped = mapError(error, request.id);
+    answeredErrorCodes.set(request, mapped.envelope.error.code);
     // A refusal's `quota_denied` event is stored before the caller hears of the refusal (it cannot be appended in
     // the refused write's transaction, which rolls back): a crash cannot lose the event of a refusal someone saw.
     if (mapped.envelope.error.code === ErrorCode.quotaExceeded) await services.events.flush().catch(() => undefined);
@@ -186,6 +197,8 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerAuditRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerUsageRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );

@@ -68,6 +68,17 @@ export function transitionEvent(
   return null;
 }
 
+/**
+ * The facts usage metering reads from a transition event (`services/usage-meter.ts`): the sandbox's resources and
+ * labels as they are from this event on, so usage needs no row that a deletion removes.
+ */
+function meteredFacts(r: SandboxRecord): {
+  resources: { cpuCount: number; memoryMiB: number; diskMiB: number };
+  labels: Record<string, string>;
+} {
+  return { resources: { cpuCount: r.cpuCount, memoryMiB: r.memoryMiB, diskMiB: r.diskMiB }, labels: r.labels };
+}
+
 const DEFAULT_REASONS: Partial<Record<EventType, string>> = {
   error: 'RuntimeError',
   quota_denied: 'QuotaExceeded',
@@ -202,7 +213,7 @@ export class EventService {
       type: mapped.type,
       sandboxId: before.id,
       message: fresh ? condition.message : `sandbox ${before.id} ${mapped.type}`,
-      data: { ...mapped.data, state: after?.state ?? 'deleted' },
+      data: { ...mapped.data, state: after?.state ?? 'deleted', ...meteredFacts(after ?? before) },
       ...(fresh && mapped.type === 'error' ? { reason: condition.reason } : {}),
     };
   }

@@ -1,6 +1,7 @@
 import { SandboxStateSchema } from '@burrow/contract';
 import type { HostResourceKind } from '@burrow/runtime';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { UsageTotals } from './usage-meter.js';
 
 /** Operations whose latency {@link Metrics} records, in seconds. */
 export type TimedOperation = 'create' | 'pause' | 'resume' | 'fork' | 'delete' | 'reset' | 'stop' | 'start';
@@ -18,7 +19,17 @@ export interface MetricsSources {
   diskBytesByTenant(): Promise<Map<string, number>>;
   /** Bytes each sandbox with a network on the host sent and received (its router's counters). */
   networkBytes?(): Promise<Array<{ sandboxId: string; tenant: string; egressBytes: number; ingressBytes: number }>>;
+  /** Usage per tenant since the first event (services/usage-meter.ts). */
+  usageByTenant?(): Promise<Map<string, UsageTotals>>;
 }
+
+/** The usage counters: metric name → the totals field it exports. */
+const USAGE_COUNTERS: ReadonlyArray<[string, keyof UsageTotals, string]> = [
+  ['burrow_usage_vcpu_seconds_total', 'vcpuSeconds', 'Running seconds × vCPUs, per tenant'],
+  ['burrow_usage_memory_gib_seconds_total', 'memoryGiBSeconds', 'Running seconds × GiB of memory, per tenant'],
+  ['burrow_usage_disk_gib_seconds_total', 'diskGiBSeconds', 'Paused and stopped seconds × GiB of disk, per tenant'],
+  ['burrow_usage_snapshot_gib_seconds_total', 'snapshotGiBSeconds', 'Seconds × GiB of snapshots kept, per tenant'],
+];
 
 /** Most sandboxes waiting for their first command that are tracked; older ones are dropped. */
 const MAX_PENDING_FIRST_COMMANDS = 10_000;
@@ -34,6 +45,8 @@ const LATENCY_BUCKETS_S = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120];
 export class Metrics {
   readonly registry = new Registry();
   private sources: MetricsSources | null = null;
+  /** One read of the usage per scrape, shared by the usage counters. */
+  private usageRead: { atMs: number; usage: Promise<Map<string, UsageTotals>> } | null = null;
   /** Sandbox id → epoch ms its create was requested, until its first command finishes. */
   private readonly pendingFirstCommand = new Map<string, number>();
   private readonly operationSeconds: Histogram<'operation'>;
@@ -92,6 +105,19 @@ export class Metrics {
         for (const [tenant, value] of bytes) this.set({ tenant }, value);
       },
     });
+    for (const [name, field, help] of USAGE_COUNTERS) {
+      new Counter({
+        name,
+        help,
+        labelNames: ['tenant'],
+        registers,
+        async collect() {
+          const usage = await self.usageOnce();
+          this.reset();
+          for (const [tenant, totals] of usage) this.inc({ tenant }, totals[field]);
+        },
+      });
+    }
     this.operationSeconds = new Histogram({
       name: 'burrow_operation_duration_seconds',
       help: 'Latency of sandbox operations that succeeded, seconds',
@@ -130,6 +156,16 @@ export class Metrics {
       registers,
     });
     for (const result of ['success', 'failure']) this.creates.inc({ result }, 0);
+  }
+
+  /** The usage per tenant, read once for all the usage counters of a scrape (reused for 1 s). */
+  private usageOnce(): Promise<Map<string, UsageTotals>> {
+    const nowMs = Date.now();
+    if (this.usageRead === null || nowMs - this.usageRead.atMs > 1000) {
+      const read = this.sources?.usageByTenant?.() ?? Promise.resolve(new Map<string, UsageTotals>());
+      this.usageRead = { atMs: nowMs, usage: read };
+    }
+    return this.usageRead.usage;
   }
 
   /** Where scrape-time values come from (set once the store is open). */

@@ -481,7 +481,13 @@ export class PersistenceService {
           sandboxId: id,
           snapshotId: snapshot.id,
           message: `snapshot ${snapshot.name ?? snapshot.id} of ${id} taken`,
-          data: { name: snapshot.name, memory: snapshot.memory, expiresAt },
+          // sizeBytes: what usage metering counts as the snapshot's stored GiB from here until it is deleted.
+          data: {
+            name: snapshot.name,
+            memory: snapshot.memory,
+            expiresAt,
+            sizeBytes: info.imageSizeBytes + info.diskSizeBytes,
+          },
         });
         await this.deps.snapshots.markReady(snapshot.id, info, {
           also: created,

@@ -395,6 +395,16 @@ export class SandboxService {
     return true;
   }
 
+  /**
+   * The labels of sandbox `id` of `tenantId`, read without its lock (a scoped key's label restriction is checked on
+   * every request).
+   * @returns the labels, or null when the tenant has no such sandbox
+   */
+  async labelsOf(tenantId: string, id: string): Promise<Record<string, string> | null> {
+    const record = await this.deps.sandboxes.get(tenantId, id);
+    return record === null || record.state === 'deleted' ? null : record.labels;
+  }
+
   /** Observe a running sandbox on the host and record events and a vanished or exited container. Call under the id's lock. */
   async refresh(record: SandboxRecord): Promise<SandboxRecord> {
     if (record.state !== 'running') return record;

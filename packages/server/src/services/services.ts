@@ -1,4 +1,5 @@
 import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
+import type { AuditService } from './audit-service.js';
 import type { CommandService } from './command-service.js';
 import type { EventService } from './event-service.js';
 import type { ExecService } from './exec-service.js';
@@ -12,6 +13,7 @@ import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 import type { TenantDefaultsService } from './tenant-defaults-service.js';
+import type { UsageService } from './usage-service.js';
 
 /** Every service the HTTP layer calls. */
 export interface Services {
@@ -37,6 +39,10 @@ export interface Services {
   tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
+  /** The audit log. @default absent in the OpenAPI writer */
+  audit?: AuditService | undefined;
+  /** Usage metering. @default absent in the OpenAPI writer */
+  usage?: UsageService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

@@ -13,6 +13,14 @@ export interface ApiKeysTable {
   secret_hash: string;
   created_at: string;
   revoked_at: string | null;
+  /** JSON array of scopes; null: every scope the role allows. */
+  scopes: string | null;
+  /** JSON `KeyRestriction`; null: the whole tenant. */
+  restriction: string | null;
+  /** The sandbox of a `sandbox` restriction (indexed: deleting the sandbox revokes its keys). */
+  restrict_sandbox_id: string | null;
+  expires_at: string | null;
+  last_used_at: string | null;
 }
 
 /** `sandboxes`: desired and observed state of each sandbox. JSON columns are text. */
@@ -187,6 +195,39 @@ export interface DB {
   webhook_deliveries: WebhookDeliveriesTable;
   tenant_quotas: TenantQuotasTable;
   tenant_policy_defaults: TenantPolicyDefaultsTable;
+  audit_log: AuditLogTable;
+  audit_state: AuditStateTable;
+}
+
+/** `audit_log`: one hash-chained record per changing or refused request (append-only). */
+export interface AuditLogTable {
+  seq: number;
+  at: string;
+  tenant_id: string | null;
+  key_id: string | null;
+  key_name: string | null;
+  source_address: string;
+  request_id: string;
+  action: string;
+  target: string | null;
+  result: string;
+  status: number;
+  error_code: string | null;
+  /** JSON object or null. */
+  details: string | null;
+  prev_hash: string;
+  hash: string;
+}
+
+/** `audit_state`: one row (id 1): the chain's newest record and where retention cut it. */
+export interface AuditStateTable {
+  id: number;
+  /** Seq of the newest record appended. */
+  head_seq: number;
+  /** Records up to this seq were removed by retention (0: none). */
+  pruned_through_seq: number;
+  /** Hash of the record at `pruned_through_seq` (the first kept record's expected prevHash). */
+  pruned_hash: string;
 }
 
 /** Which SQL engine a database runs on. */

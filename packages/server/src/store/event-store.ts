@@ -136,6 +136,21 @@ export class EventStore {
     return rows.map(toEvent);
   }
 
+  /** Events of every tenant (or `tenantId`'s) of `types` after `afterSeq`, oldest first (usage metering's read). */
+  async listOfTypes(
+    tenantId: string | null,
+    options: { afterSeq: number; limit: number; types: readonly EventType[] },
+  ): Promise<EventRecord[]> {
+    let q = this.db
+      .selectFrom('events')
+      .selectAll()
+      .where('seq', '>', options.afterSeq)
+      .where('type', 'in', [...options.types]);
+    if (tenantId !== null) q = q.where('tenant_id', '=', tenantId);
+    const rows = await q.orderBy('seq').limit(options.limit).execute();
+    return rows.map(toEvent);
+  }
+
   /** Events of one sandbox of any tenant, oldest first (the reconciler's and tests' view). */
   async listForSandbox(sandboxId: string): Promise<EventRecord[]> {
     const rows = await this.db

@@ -1,4 +1,12 @@
-import type { Kysely, Selectable } from 'kysely';
+import {
+  type ApiKeyRole,
+  type KeyRestriction,
+  KeyRestrictionSchema,
+  type KeyScope,
+  KeyScopeSchema,
+} from '@burrow/contract';
+import type { Kysely, Selectable, Transaction } from 'kysely';
+import { z } from 'zod';
 import type { ApiKeysTable, DB } from './database.js';
 
 /** An API key row (never the secret itself). */
@@ -6,11 +14,23 @@ export interface ApiKeyRecord {
   id: string;
   tenantId: string;
   name: string;
-  role: 'admin' | 'member';
+  role: ApiKeyRole;
   prefix: string;
   secretHash: string;
   createdAt: string;
   revokedAt: string | null;
+  /** Scopes held; null: every scope the role allows. */
+  scopes: KeyScope[] | null;
+  /** Sandboxes reached; null: the whole tenant. */
+  restriction: KeyRestriction | null;
+  expiresAt: string | null;
+  lastUsedAt: string | null;
+}
+
+const StoredScopesSchema = z.array(KeyScopeSchema);
+
+function toRole(role: string): ApiKeyRole {
+  return role === 'admin' || role === 'viewer' ? role : 'member';
 }
 
 function toRecord(row: Selectable<ApiKeysTable>): ApiKeyRecord {
@@ -18,11 +38,16 @@ function toRecord(row: Selectable<ApiKeysTable>): ApiKeyRecord {
     id: row.id,
     tenantId: row.tenant_id,
     name: row.name,
-    role: row.role === 'admin' ? 'admin' : 'member',
+    role: toRole(row.role),
     prefix: row.prefix,
     secretHash: row.secret_hash,
     createdAt: row.created_at,
     revokedAt: row.revoked_at,
+    // A stored value that no longer parses (a scope removed from the contract) grants nothing rather than everything.
+    scopes: row.scopes === null ? null : (StoredScopesSchema.safeParse(JSON.parse(row.scopes)).data ?? []),
+    restriction: row.restriction === null ? null : KeyRestrictionSchema.parse(JSON.parse(row.restriction)),
+    expiresAt: row.expires_at,
+    lastUsedAt: row.last_used_at,
   };
 }
 
@@ -42,6 +67,11 @@ export class KeyStore {
         secret_hash: record.secretHash,
         created_at: record.createdAt,
         revoked_at: record.revokedAt,
+        scopes: record.scopes === null ? null : JSON.stringify(record.scopes),
+        restriction: record.restriction === null ? null : JSON.stringify(record.restriction),
+        restrict_sandbox_id: record.restriction?.type === 'sandbox' ? record.restriction.sandboxId : null,
+        expires_at: record.expiresAt,
+        last_used_at: record.lastUsedAt,
       })
       .execute();
   }
@@ -82,6 +112,11 @@ export class KeyStore {
       .execute();
   }
 
+  /** Record a successful authentication of key `id` at `usedAt`. */
+  async touch(id: string, usedAt: string): Promise<void> {
+    await this.db.updateTable('api_keys').set({ last_used_at: usedAt }).where('id', '=', id).execute();
+  }
+
   /** Whether any admin key row exists (revoked ones included: revoking the first admin key must not mint a new one). */
   async hasAdminKey(): Promise<boolean> {
     const row = await this.db
@@ -92,4 +127,17 @@ export class KeyStore {
       .executeTakeFirst();
     return row !== undefined;
   }
+}
+
+/**
+ * Revoke, inside `trx`, every live key restricted to sandbox `sandboxId` (the sandbox's row is removed in the same
+ * transaction: its keys die with it).
+ */
+export async function revokeKeysOfSandbox(trx: Transaction<DB>, sandboxId: string, revokedAt: string): Promise<void> {
+  await trx
+    .updateTable('api_keys')
+    .set({ revoked_at: revokedAt })
+    .where('restrict_sandbox_id', '=', sandboxId)
+    .where('revoked_at', 'is', null)
+    .execute();
 }

@@ -226,6 +226,62 @@ MIGRATIONS['2400_tenant_policy_defaults'] = {
   },
 };
 
+/**
+ * Issue 24: scoped keys. Every added column is null on existing rows, which reads as full rights of the key's role,
+ * no restriction and no expiry: keys issued before keep working as they did.
+ */
+MIGRATIONS['2410_scoped_keys'] = {
+  async up(db: Kysely<unknown>) {
+    for (const column of ['scopes', 'restriction', 'restrict_sandbox_id', 'expires_at', 'last_used_at']) {
+      await db.schema.alterTable('api_keys').addColumn(column, 'text').execute();
+    }
+    await db.schema.createIndex('api_keys_sandbox').on('api_keys').columns(['restrict_sandbox_id']).execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.dropIndex('api_keys_sandbox').ifExists().execute();
+    for (const column of ['last_used_at', 'expires_at', 'restrict_sandbox_id', 'restriction', 'scopes']) {
+      await db.schema.alterTable('api_keys').dropColumn(column).execute();
+    }
+  },
+};
+
+/** Issue 24: the audit log (a hash chain, `services/audit-service.ts`) and its head and retention anchor. */
+MIGRATIONS['2420_audit_log'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema
+      .createTable('audit_log')
+      .addColumn('seq', 'bigint', (c) => c.primaryKey())
+      .addColumn('at', 'text', (c) => c.notNull())
+      .addColumn('tenant_id', 'text')
+      .addColumn('key_id', 'text')
+      .addColumn('key_name', 'text')
+      .addColumn('source_address', 'text', (c) => c.notNull())
+      .addColumn('request_id', 'text', (c) => c.notNull())
+      .addColumn('action', 'text', (c) => c.notNull())
+      .addColumn('target', 'text')
+      .addColumn('result', 'text', (c) => c.notNull())
+      .addColumn('status', 'integer', (c) => c.notNull())
+      .addColumn('error_code', 'text')
+      .addColumn('details', 'text')
+      .addColumn('prev_hash', 'text', (c) => c.notNull())
+      .addColumn('hash', 'text', (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex('audit_log_tenant_seq').on('audit_log').columns(['tenant_id', 'seq']).execute();
+    await db.schema.createIndex('audit_log_at').on('audit_log').columns(['at']).execute();
+    await db.schema
+      .createTable('audit_state')
+      .addColumn('id', 'integer', (c) => c.primaryKey())
+      .addColumn('head_seq', 'bigint', (c) => c.notNull())
+      .addColumn('pruned_through_seq', 'bigint', (c) => c.notNull())
+      .addColumn('pruned_hash', 'text', (c) => c.notNull())
+      .execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.dropTable('audit_state').ifExists().execute();
+    await db.schema.dropTable('audit_log').ifExists().execute();
+  },
+};
+
 class StaticMigrationProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return MIGRATIONS;
@@ -245,6 +301,16 @@ export async function migrateToLatest(db: Kysely<DB>): Promise<void> {
     const failed = results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';
     throw new Error(`database migration ${failed} failed`, { cause: error });
   }
+}
+
+/**
+ * Bring the schema to migration `name` and no further (upgrade tests start from an older schema).
+ * @throws Error when a migration fails
+ */
+export async function migrateTo(db: Kysely<DB>, name: string): Promise<void> {
+  const migrator = new Migrator({ db, provider: new StaticMigrationProvider(), allowUnorderedMigrations: true });
+  const { error } = await migrator.migrateTo(name);
+  if (error !== undefined) throw new Error(`database migration to ${name} failed`, { cause: error });
 }
 
 /** Network: each sandbox's network policy (JSON; null on rows from before it: no network). */

@@ -5,6 +5,7 @@ import type { PageCursor } from '../util/cursor.js';
 import type { DB, SandboxesTable } from './database.js';
 import { type EnvCodec, PLAIN_ENV } from './env-sealer.js';
 import type { WithInTransaction } from './in-transaction.js';
+import { revokeKeysOfSandbox } from './key-store.js';
 import { QuotaStore, RUNNING_QUOTA_STATES } from './quota-store.js';
 
 /** Conditions a row keeps: the newest ones. */
@@ -427,15 +428,18 @@ export class SandboxStore {
 
   /**
    * Remove the row and its labels, and destroy its env key first: the ciphertext every copy of the row holds
-   * (free pages, WAL, dead tuples) is unreadable from then on. Idempotent.
+   * (free pages, WAL, dead tuples) is unreadable from then on. Keys restricted to this sandbox are revoked in the
+   * same transaction. Idempotent.
+   * @param removedAt when the keys count as revoked @default the host's current time
    */
-  async remove(tenantId: string, id: string): Promise<void> {
+  async remove(tenantId: string, id: string, removedAt: string = new Date().toISOString()): Promise<void> {
     this.envCodec.destroy(id);
     const hook = this.onTransition;
     const publish = await this.db.transaction().execute(async (trx) => {
       const before = hook === null ? null : await this.getIn(trx, tenantId, id);
       await trx.deleteFrom('sandbox_labels').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
       await trx.deleteFrom('sandboxes').where('tenant_id', '=', tenantId).where('id', '=', id).execute();
+      await revokeKeysOfSandbox(trx, id, removedAt);
       return hook !== null && before !== null ? hook(trx, before, null) : null;
     });
     SandboxStore.published([publish]);

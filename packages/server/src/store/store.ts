@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely';
+import { AuditStore } from './audit-store.js';
 import { type DB, type Dialect, openDatabase } from './database.js';
 import { EnvSealer } from './env-sealer.js';
 import { KeyStore } from './key-store.js';
@@ -21,6 +22,8 @@ export interface Store {
   readonly tenantDefaults: TenantDefaultsStore;
   /** Warm-pool rows (tenant `_pool`) and the atomic claim. */
   readonly pool: PoolStore;
+  /** The hash-chained audit log. */
+  readonly audit: AuditStore;
   /**
    * Destroy env keys whose sandbox or snapshot row is gone (a crash between the row's removal and the key's).
    * @returns the owner ids whose keys were destroyed (none without an env key dir)
@@ -60,6 +63,7 @@ export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): 
     templates: new TemplateStore(db),
     snapshots,
     tenantDefaults: new TenantDefaultsStore(db),
+    audit: new AuditStore(db),
     sweepEnvKeys: async () => {
       if (sealer === null) return [];
       const live = new Set([

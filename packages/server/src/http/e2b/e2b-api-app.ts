@@ -17,6 +17,7 @@ import {
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
+import { hasFullRights } from '../../services/key-scopes.js';
 import type { Principal } from '../../services/key-service.js';
 import type { Services } from '../../services/services.js';
 import { E2B_BASE_TEMPLATE } from '../../services/template-service.js';
@@ -67,9 +68,14 @@ export async function buildE2bApiApp(options: E2bApiAppOptions): Promise<Fastify
   app.addHook('onRequest', async (request) => {
     const key = request.headers['x-api-key'];
     if (typeof key !== 'string' || key === '') throw new E2bError(401, 'missing X-API-KEY header');
-    (request as unknown as { e2bCaller: Principal }).e2bCaller = await services.keys.authenticate(key).catch(() => {
+    const principal = await services.keys.authenticate(key).catch(() => {
       throw new E2bError(401, 'Invalid API key');
     });
+    // The E2B routes have no scope table: only a key with its role's full rights over its whole tenant may use them.
+    if (!hasFullRights(principal)) {
+      throw new E2bError(403, 'a scoped, restricted or viewer key works on the Burrow API only, not the E2B one');
+    }
+    (request as unknown as { e2bCaller: Principal }).e2bCaller = principal;
   });
   app.setErrorHandler((error, request, reply) => {
     const { status, message } = toE2bError(error);
