@@ -227,6 +227,33 @@ describe('/mcp (streamable HTTP on the server)', () => {
     }
   });
 
+  it('a scoped key limits what the tools can do', async () => {
+    const keys = new BurrowClient(admin()).keys;
+    const reader = await keys.create({ name: `${RUN_ID}-reader`, scopes: ['sandboxes:read', 'files'] });
+    const readerClient = await httpClient(reader.secret);
+    const page = await ok(readerClient, 'list_sandboxes', { labels: { e2e: RUN_ID } });
+    expect((page.items as Array<{ id: string }>).map((s) => s.id)).toEqual([id]);
+    expect(await ok(readerClient, 'read_file', { sandboxId: id, path: '/root/http/a.txt' })).toMatchObject({
+      content: 'héllo\n',
+    });
+    const denied = await call(readerClient, 'run_command', { sandboxId: id, cmd: 'true' });
+    expect(denied.json.error).toMatchObject({ code: 'forbidden' });
+    expect(denied.text).toContain('lacks the commands scope');
+    expect(denied.text).toMatch(/\nhint: /);
+    expect((await call(readerClient, 'delete_sandbox', { sandboxId: id })).json.error).toMatchObject({
+      code: 'forbidden',
+    });
+
+    const pinned = await keys.create({ name: `${RUN_ID}-pinned`, restriction: { type: 'sandbox', sandboxId: id } });
+    const pinnedClient = await stdioClient(pinned.secret);
+    expect(await ok(pinnedClient, 'run_command', { sandboxId: id, cmd: 'echo pinned' })).toMatchObject({
+      stdout: 'pinned\n',
+    });
+    const creates = await call(pinnedClient, 'create_sandbox', {});
+    expect(creates.json.error).toMatchObject({ code: 'forbidden' });
+    expect(creates.text).toContain('cannot create sandboxes');
+  });
+
   it('snapshots, pauses and resumes the sandbox, then deletes it', async () => {
     const snapshot = await ok(client, 'create_snapshot', { sandboxId: id, memory: false });
     expect(snapshot).toMatchObject({ sandboxId: id, memory: false });

@@ -34,6 +34,10 @@ const onSandbox = (scope: KeyScope, access: 'read' | 'write' = 'write'): RouteAc
  */
 export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /v1/health': read('public'),
+  // MCP: the auth hook still wants a key; each tool call is then checked as the REST call it makes.
+  'POST /mcp': read('public'),
+  'GET /mcp': read('public'),
+  'DELETE /mcp': read('public'),
   'GET /v1/openapi.json': read('public'),
   'GET /metrics': read('admin'),
 
