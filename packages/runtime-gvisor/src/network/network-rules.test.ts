@@ -20,6 +20,7 @@ describe('network rules (pure)', () => {
       resolver: RESOLVER,
       never: ['10.231.0.0/16'],
       declare: true,
+      hostGateway: '10.231.0.1',
     });
     const egress = script.split('\n').filter((line) => line.startsWith('add rule inet burrow egress '));
     const at = (needle: string) => egress.findIndex((line) => line.includes(needle));
@@ -44,6 +45,7 @@ describe('network rules (pure)', () => {
       resolver: RESOLVER,
       never: [],
       declare: false,
+      hostGateway: '10.231.0.1',
     });
     const egress = script.split('\n').filter((line) => line.startsWith('add rule inet burrow egress '));
     expect(egress.map((line) => line.replace('add rule inet burrow egress ', ''))).toEqual([
