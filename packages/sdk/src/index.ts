@@ -60,6 +60,8 @@ export {
   InvalidRequestError,
   KeyNotFoundError,
   PermissionDeniedError,
+  PortNotListeningError,
+  PreviewAccessError,
   ProtocolError,
   QuotaExceededError,
   RateLimitedError,

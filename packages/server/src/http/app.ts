@@ -32,6 +32,7 @@ import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
 import { registerNetworkRoutes } from './network-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
+import { registerPortRoutes } from './port-routes.js';
 import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
@@ -184,6 +185,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerPortRoutes(scope.withTypeProvider<ZodTypeProvider>(), services.ports);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },

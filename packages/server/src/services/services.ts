@@ -8,6 +8,7 @@ import type { KeyService } from './key-service.js';
 import type { Metrics } from './metrics.js';
 import type { NetworkService } from './network-service.js';
 import type { PolicyService } from './policy-service.js';
+import type { PortService } from './port-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
@@ -37,6 +38,8 @@ export interface Services {
   tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
+  /** Preview URLs and listening ports of sandboxes. @default absent in the OpenAPI writer */
+  ports?: PortService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

@@ -175,6 +175,13 @@ export interface TemplatesTable {
   created_at: string;
 }
 
+/** `sandbox_public_ports`: the ports of a sandbox whose preview URL answers anyone (docs/network.md). */
+export interface SandboxPublicPortsTable {
+  sandbox_id: string;
+  port: number;
+  created_at: string;
+}
+
 /** The one schema type both dialects share. */
 export interface DB {
   api_keys: ApiKeysTable;
@@ -187,6 +194,7 @@ export interface DB {
   webhook_deliveries: WebhookDeliveriesTable;
   tenant_quotas: TenantQuotasTable;
   tenant_policy_defaults: TenantPolicyDefaultsTable;
+  sandbox_public_ports: SandboxPublicPortsTable;
 }
 
 /** Which SQL engine a database runs on. */
