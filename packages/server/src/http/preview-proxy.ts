@@ -46,6 +46,15 @@ export function installPreviewProxy(server: Server, options: PreviewProxyOptions
   const proxy = createProxyServer({ xfwd: true, agent, ws: true });
   proxy.on('proxyRes', (proxyRes) => cleanResponseHeaders(proxyRes.headers));
   proxy.on('error', () => undefined);
+  const versions = new Map<string, number>();
+  /** Drop kept-alive connections to a sandbox whose row changed (a pause and resume reset them all). */
+  const forgetStale = (upstream: PreviewUpstream): void => {
+    if (versions.get(upstream.sandboxId) === upstream.version) return;
+    versions.set(upstream.sandboxId, upstream.version);
+    for (const [name, sockets] of Object.entries(agent.freeSockets)) {
+      if (name.startsWith(`${upstream.address}:`)) for (const socket of sockets ?? []) socket.destroy();
+    }
+  };
 
   const original = server.emit.bind(server);
   // fastify and @fastify/websocket listen on `request` and `upgrade`: preview hosts are taken before they see them.
@@ -88,6 +97,7 @@ export function installPreviewProxy(server: Server, options: PreviewProxyOptions
       sendError(response, request, error, requestId);
       return;
     }
+    forgetStale(upstream);
     const release = ports.hold(upstream.sandboxId);
     response.once('close', release);
     cleanRequestHeaders(request);
@@ -119,6 +129,7 @@ export function installPreviewProxy(server: Server, options: PreviewProxyOptions
       writeSocketError(socket, error, requestId);
       return;
     }
+    forgetStale(upstream);
     const release = ports.hold(upstream.sandboxId);
     socket.once('close', release);
     cleanRequestHeaders(request);

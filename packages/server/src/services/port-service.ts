@@ -46,6 +46,11 @@ export interface PreviewUpstream {
   port: number;
   /** Whether this request resumed the sandbox (or waited for a resume another request began). */
   woke: boolean;
+  /**
+   * The sandbox row's version: a change means the sandbox may have been paused and resumed since, so connections
+   * kept alive to it are dead (a restore resets every connection).
+   */
+  version: number;
 }
 
 /**
@@ -161,7 +166,7 @@ export class PortService {
       });
     }
     if (woke) await this.waitForPort(sandboxId, address, port);
-    return { sandboxId, tenantId, address, port, woke };
+    return { sandboxId, tenantId, address, port, woke, version: record.version };
   }
 
   /** Mark sandbox `sandboxId` busy until the returned function is called (an open preview request). */
