@@ -285,16 +285,13 @@ describe('preview URLs (real runsc, real network namespaces)', { timeout: 300_00
       expect(page.url()).toBe(`http://${host(8000)}/`);
       expect(await page.textContent('p')).toBe('served by http.server');
       // From the page, a WebSocket to port 8001's host (its cookie from the first signed URL goes along).
-      const title = await page.evaluate(
-        (wsHost) =>
-          new Promise<string>((resolve) => {
-            const ws = new WebSocket(`ws://${wsHost}/ws`);
-            ws.onopen = () => ws.send('from the browser');
-            ws.onmessage = (event) => resolve(String(event.data));
-            ws.onerror = () => resolve('error');
-          }),
-        host(8001),
-      );
+      // A string, not a function: the test's own transform would rename `WebSocket` inside a function.
+      const title = await page.evaluate(`new Promise((resolve) => {
+        const ws = new WebSocket('ws://${host(8001)}/ws');
+        ws.onopen = () => ws.send('from the browser');
+        ws.onmessage = (event) => resolve(String(event.data));
+        ws.onerror = () => resolve('error');
+      })`);
       expect(title).toBe('echo: from the browser');
     } finally {
       await browser.close();
