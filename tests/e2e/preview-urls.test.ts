@@ -263,7 +263,6 @@ describe('preview URLs (real runsc, real network namespaces)', { timeout: 300_00
 
   test('headless Chromium loads a signed URL and talks WebSocket to the sandbox', async () => {
     const signed = await api('POST', `/v1/sandboxes/${id}/ports/8000/url`, { signed: true });
-    // http.server serves the page; the page's WebSocket goes to 8001 through its own signed URL's cookie.
     const wsSigned = await api('POST', `/v1/sandboxes/${id}/ports/8001/url`, { signed: true });
     const browser = await chromium.launch({
       executablePath: execFileSync('which', ['chromium']).toString().trim(),
@@ -278,16 +277,18 @@ describe('preview URLs (real runsc, real network namespaces)', { timeout: 300_00
     });
     try {
       const page = await browser.newPage();
-      await page.goto(wsSigned.json.url);
-      expect(await page.textContent('body')).toContain('hello from the sandbox');
+      // http.server's page through a signed URL: redirected to the bare URL, with the cookie set for its host.
       const response = await page.goto(signed.json.url);
       expect(response?.status()).toBe(200);
       expect(page.url()).toBe(`http://${host(8000)}/`);
       expect(await page.textContent('p')).toBe('served by http.server');
-      // From the page, a WebSocket to port 8001's host (its cookie from the first signed URL goes along).
+      // The WebSocket app's page, then a WebSocket from it to its own host (its cookie goes along).
+      await page.goto(wsSigned.json.url);
+      expect(page.url()).toBe(`http://${host(8001)}/`);
+      expect(await page.textContent('body')).toContain('hello from the sandbox');
       // A string, not a function: the test's own transform would rename `WebSocket` inside a function.
       const title = await page.evaluate(`new Promise((resolve) => {
-        const ws = new WebSocket('ws://${host(8001)}/ws');
+        const ws = new WebSocket('ws://' + location.host + '/ws');
         ws.onopen = () => ws.send('from the browser');
         ws.onmessage = (event) => resolve(String(event.data));
         ws.onerror = () => resolve('error');

@@ -8,6 +8,7 @@ import { registerKeysCommands } from './commands/keys-commands.js';
 import { registerLifecycleCommands } from './commands/lifecycle-commands.js';
 import { registerNetworkCommands } from './commands/network-commands.js';
 import { registerPersistenceCommands } from './commands/persistence-commands.js';
+import { registerPortsCommands } from './commands/ports-commands.js';
 import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
@@ -44,6 +45,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerKeysCommands(program, context);
   registerLifecycleCommands(program, context);
   registerNetworkCommands(program, context);
+  registerPortsCommands(program, context);
   registerTenantCommands(program, context);
   registerServerCommands(program, context);
   registerE2bCommands(program, context);

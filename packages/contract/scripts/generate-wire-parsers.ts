@@ -37,6 +37,8 @@ export const WIRE_SCHEMAS = [
   'FileWatchEventSchema',
   'ForkSandboxResponseSchema',
   'HealthSchema',
+  'PortListSchema',
+  'PortUrlSchema',
   'QuotaSchema',
   'SandboxInspectionSchema',
   'SandboxListSchema',

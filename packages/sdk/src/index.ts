@@ -10,8 +10,11 @@ export type {
   ExitReason,
   Expiry,
   FileInfo,
+  ListeningPort,
   NetworkPolicyRequest,
   NetworkUsage,
+  PortList,
+  PortUrl,
   Quota,
   QuotaLimits,
   ResetSandboxRequest,
@@ -111,5 +114,6 @@ export {
   Webhooks,
 } from './lifecycle.js';
 export { Network } from './network.js';
+export { Ports, type PortUrlOptions } from './ports.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';
