@@ -49,9 +49,4 @@ export class PortStore {
       .onConflict((oc) => oc.columns(['sandbox_id', 'port']).doNothing())
       .execute();
   }
-
-  /** Forget every public port of a sandbox (it is deleted). */
-  async forget(sandboxId: string): Promise<void> {
-    await this.db.deleteFrom('sandbox_public_ports').where('sandbox_id', '=', sandboxId).execute();
-  }
 }
