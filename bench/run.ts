@@ -4,7 +4,7 @@
  *
  * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`,
  * `--creates N` (time-to-first-command samples per variant; default 100, 5 with --quick), `--pool N` (warm pool size
- * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence,s3,network` (a subset; not written to
+ * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence,s3,network,preview` (a subset; not written to
  * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200),
  * `--results-dir DIR` (write the result JSON there instead of bench/results, and leave docs/performance.md alone:
  * the CI smoke test `tests/e2e/bench-quick.test.ts` uses it).
@@ -31,6 +31,7 @@ import { benchFiles } from './files-bench.js';
 import { type HostConditions, startHostConditions } from './host-conditions.js';
 import { benchNetwork } from './network-bench.js';
 import { benchPersistence } from './persistence-bench.js';
+import { benchPreview } from './preview-bench.js';
 import { RawRunsc } from './raw-runsc.js';
 import { loadRuns, type Row, type RunResult, renderMarkdown } from './report.js';
 import { benchS3 } from './s3-bench.js';
@@ -132,6 +133,11 @@ async function main(): Promise<void> {
         // --quick: one cycle (the smoke test checks that the rows come out, not their spread).
         const networkIterations = quick ? 1 : iterations;
         rows.push(...(await benchNetwork(conn, await unnetworkedServer(work), { iterations: networkIterations, log })));
+      }
+      if (wants('preview')) {
+        const driver = server.burrow.driver;
+        const ingress = (id: string) => driver.ingressAddress?.(id) ?? Promise.resolve(null);
+        rows.push(...(await benchPreview(conn, ingress, { iterations: quick ? 1 : iterations, quick, log })));
       }
       if (wants('s3')) {
         const s3 = await benchS3({ iterations, quick, workDir: work, templatesDir, log });

@@ -108,6 +108,9 @@ describe('npm run bench -- --quick', () => {
       'encrypted images: resume, idle',
       'encrypted images: pause, 512 MiB dirty',
       'encrypted images: resume, 512 MiB dirty',
+      // Baseline: the same request straight to the sandbox's address; a plain resume.
+      'preview: one request through the proxy',
+      'preview: request that wakes a paused sandbox',
     ];
     // With an S3 server configured (CI starts one): the S3 store's rows, each against its plain-SDK or cached baseline.
     if (process.env.BURROW_TEST_S3_STORE !== undefined) {

@@ -10,6 +10,7 @@ import { registerLifecycleCommands } from './commands/lifecycle-commands.js';
 import { registerMcpCommand } from './commands/mcp-command.js';
 import { registerNetworkCommands } from './commands/network-commands.js';
 import { registerPersistenceCommands } from './commands/persistence-commands.js';
+import { registerPortsCommands } from './commands/ports-commands.js';
 import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
@@ -47,6 +48,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerGovernanceCommands(program, context);
   registerLifecycleCommands(program, context);
   registerNetworkCommands(program, context);
+  registerPortsCommands(program, context);
   registerTenantCommands(program, context);
   registerServerCommands(program, context);
   registerE2bCommands(program, context);

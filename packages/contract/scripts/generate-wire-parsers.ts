@@ -39,6 +39,8 @@ export const WIRE_SCHEMAS = [
   'FileWatchEventSchema',
   'ForkSandboxResponseSchema',
   'HealthSchema',
+  'PortListSchema',
+  'PortUrlSchema',
   'QuotaSchema',
   'SandboxInspectionSchema',
   'SandboxListSchema',

@@ -116,6 +116,17 @@ export const ErrorCode = {
    * (`BURROW_HTTP_MAX_CONNECTIONS_PER_ADDRESS`, `BURROW_HTTP_MAX_REQUESTS_PER_KEY`); retry after `Retry-After` seconds.
    */
   rateLimited: 'rate_limited',
+  /**
+   * A preview URL of a private port was requested without the sandbox's access token (header
+   * `X-Burrow-Access-Token`) or a valid signed URL's cookie, or with a wrong token.
+   */
+  previewAccessDenied: 'preview_access_denied',
+  /** A signed preview URL is past its expiry: mint a new one (`burrow ports url ID PORT --signed`). */
+  previewLinkExpired: 'preview_link_expired',
+  /** A signed preview URL's signature does not match (altered, or for another sandbox, port or server). */
+  previewLinkInvalid: 'preview_link_invalid',
+  /** Nothing inside the sandbox accepts connections on the preview URL's port (or it does not answer in time). */
+  portNotListening: 'port_not_listening',
   /** Anything unexpected; the server log carries the details under the request id. */
   internal: 'internal_error',
 } as const;
@@ -168,5 +179,9 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   webhook_url_forbidden: 422,
   request_timeout: 408,
   rate_limited: 429,
+  preview_access_denied: 401,
+  preview_link_expired: 401,
+  preview_link_invalid: 401,
+  port_not_listening: 502,
   internal_error: 500,
 };

@@ -11,6 +11,7 @@ export * from './keys.js';
 export * from './lifecycle.js';
 export * from './network.js';
 export * from './network-rules.js';
+export * from './ports.js';
 export * from './sandbox.js';
 export * from './snapshots.js';
 export * from './templates.js';

@@ -490,6 +490,10 @@ export class GvisorDriver implements RuntimeDriver {
     return this.networks === undefined ? null : this.networks.usage(sandboxId);
   }
 
+  async ingressAddress(sandboxId: string): Promise<string | null> {
+    return this.networks === undefined ? null : this.networks.uplinkAddress(sandboxId);
+  }
+
   /** Where this instance's sandboxes leave things on the host. */
   private resourceSources(): { runsc: RunscCli; dataDir: string; cgroups: SandboxCgroups } {
     return { runsc: this.runsc, dataDir: this.dataDir, cgroups: this.cgroups };

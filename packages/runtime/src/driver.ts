@@ -196,6 +196,11 @@ export interface RuntimeDriver extends PersistenceVerbs {
   updateNetwork?(sandboxId: string, policy: NetworkPolicy): Promise<void>;
   /** Bytes the sandbox sent and received over its network, or null when it has none here. Optional. */
   networkUsage?(sandboxId: string): Promise<NetworkUsage | null>;
+  /**
+   * The host address at which the sandbox's TCP ports answer (a connection from this host to `<address>:<port>`
+   * reaches `<port>` inside the sandbox), or null when it has no network here. Optional (capability `network`).
+   */
+  ingressAddress?(sandboxId: string): Promise<string | null>;
 
   /**
    * Release what the driver holds in this process (listeners, connections to in-sandbox agents) at server

@@ -156,6 +156,14 @@ export class RequestTimeoutError extends BurrowError {}
  */
 export class RateLimitedError extends BurrowError {}
 
+/**
+ * A preview URL refused its caller (`preview_access_denied`, `preview_link_expired`, `preview_link_invalid`, HTTP
+ * 401): send the access token, or mint a new signed URL with `sandbox.ports.url(port, { signed: true })`.
+ */
+export class PreviewAccessError extends BurrowError {}
+/** Nothing listens on the sandbox port a preview URL names (`port_not_listening`, HTTP 502). */
+export class PortNotListeningError extends BurrowError {}
+
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
 const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
@@ -203,6 +211,10 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   sandbox_quarantined: SandboxQuarantinedError,
   request_timeout: RequestTimeoutError,
   rate_limited: RateLimitedError,
+  preview_access_denied: PreviewAccessError,
+  preview_link_expired: PreviewAccessError,
+  preview_link_invalid: PreviewAccessError,
+  port_not_listening: PortNotListeningError,
   internal_error: ServerError,
 };
 

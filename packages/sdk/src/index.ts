@@ -17,8 +17,11 @@ export type {
   FileInfo,
   KeyRestriction,
   KeyScope,
+  ListeningPort,
   NetworkPolicyRequest,
   NetworkUsage,
+  PortList,
+  PortUrl,
   Quota,
   QuotaLimits,
   ResetSandboxRequest,
@@ -69,6 +72,8 @@ export {
   InvalidRequestError,
   KeyNotFoundError,
   PermissionDeniedError,
+  PortNotListeningError,
+  PreviewAccessError,
   ProtocolError,
   QuotaExceededError,
   RateLimitedError,
@@ -119,5 +124,6 @@ export {
   Webhooks,
 } from './lifecycle.js';
 export { Network } from './network.js';
+export { Ports, type PortUrlOptions } from './ports.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';

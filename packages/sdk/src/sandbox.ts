@@ -17,6 +17,7 @@ import {
 import { Files } from './files.js';
 import { HttpClient } from './http-client.js';
 import { Network } from './network.js';
+import { Ports } from './ports.js';
 import { Snapshots } from './snapshots.js';
 
 /** Options of {@link Sandbox.create}: the create request plus how to connect. */
@@ -73,6 +74,8 @@ export class Sandbox {
   readonly snapshots: Snapshots;
   /** The sandbox's network policy (`sandbox.network.update({ allowOut, denyOut })`). */
   readonly network: Network;
+  /** Preview URLs of the sandbox's ports and the ports listening inside (`sandbox.ports.url(8000)`). */
+  readonly ports: Ports;
   readonly #http: HttpClient;
   #info: SandboxInfo;
 
@@ -87,6 +90,7 @@ export class Sandbox {
     this.network = new Network(http, info.id, (updated) => {
       this.#info = updated;
     });
+    this.ports = new Ports(http, info.id);
   }
 
   /**

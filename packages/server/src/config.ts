@@ -6,6 +6,7 @@ import { DEFAULT_HEAP_HEADROOM_MIB } from './heap-headroom.js';
 import { DEFAULT_HTTP_LIMITS, type HttpLimits } from './http/http-limits.js';
 import { type PolicyDefaults, policyDefaultsFromEnv } from './lifecycle/policy-defaults.js';
 import { type NetworkConfig, networkConfigFrom } from './network-config.js';
+import { type PreviewConfig, previewConfigFrom } from './preview-config.js';
 import { parseS3Url, type SnapshotStoreConfig } from './services/s3-config.js';
 import { parseWarmPool, type WarmPoolTarget } from './services/warm-pool.js';
 
@@ -106,6 +107,11 @@ export interface Config {
    * BURROW_NETWORK_RESOLVER: see {@link NetworkConfig})
    */
   network?: NetworkConfig | null;
+  /**
+   * Preview URLs of sandbox ports. @default domain `localhost`, the server's own port (BURROW_PREVIEW_DOMAIN,
+   * BURROW_PREVIEW_URL_PORT: see {@link PreviewConfig})
+   */
+  preview?: PreviewConfig;
   /**
    * TEST HOOK for the kill -9 suite: the named crash point (see `crashPoint` in @burrow/runtime) armed by
    * {@link startServer} after its first reconcile pass; the server SIGKILLs itself when it gets there.
@@ -228,6 +234,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
           : intFrom(env.BURROW_AUDIT_RETENTION_MS, 'BURROW_AUDIT_RETENTION_MS', 365 * 24 * 3600 * 1000),
       commandLines: ['1', 'true'].includes(env.BURROW_AUDIT_COMMAND_LINES ?? ''),
     },
+    preview: overrides.preview ?? previewConfigFrom(env),
     network:
       overrides.network !== undefined
         ? overrides.network

@@ -1,4 +1,5 @@
 import { chmod, writeFile } from 'node:fs/promises';
+import type { Server } from 'node:http';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
 import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
@@ -10,6 +11,7 @@ import { lockDataDir, prepareDataDir } from './data-dir.js';
 import { installHeapHeadroom } from './heap-headroom.js';
 import { buildApp } from './http/app.js';
 import { buildE2bServers, type E2bServers } from './http/e2b/e2b-servers.js';
+import { installPreviewProxy } from './http/preview-proxy.js';
 import type { ZodApp } from './http/zod-app.js';
 import { ActivityTracker } from './lifecycle/activity-tracker.js';
 import { ActorContext } from './lifecycle/actor-context.js';
@@ -31,6 +33,9 @@ import { KeyService } from './services/key-service.js';
 import { Metrics, type MetricsSources } from './services/metrics.js';
 import { NetworkService } from './services/network-service.js';
 import { PolicyService } from './services/policy-service.js';
+import { PortService } from './services/port-service.js';
+import { PreviewAccess } from './services/preview-access.js';
+import { PreviewHosts } from './services/preview-host.js';
 import { QuotaService } from './services/quota-service.js';
 import { openS3SnapshotStore } from './services/s3-config.js';
 import { SandboxService } from './services/sandbox-service.js';
@@ -41,6 +46,7 @@ import { UsageService } from './services/usage-service.js';
 import { WarmPool } from './services/warm-pool.js';
 import { WebhookDispatcher } from './services/webhook-dispatcher.js';
 import { EventStore } from './store/event-store.js';
+import { PortStore } from './store/port-store.js';
 import { openStore, type Store } from './store/store.js';
 import { type Clock, systemClock } from './util/clock.js';
 import { KeyedMutex } from './util/keyed-mutex.js';
@@ -289,6 +295,19 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     warningMs: config.expiryWarningMs,
     busyProbe: (record) => hasRunningCommand(driver, services.commands, record.id),
   });
+  const ports = new PortService({
+    ports: new PortStore(store.db),
+    sandboxes,
+    exec: services.exec,
+    driver,
+    access: await PreviewAccess.load(join(config.dataDir, 'preview-secret')),
+    hosts: new PreviewHosts(config.preview?.domain ?? 'localhost'),
+    serverPort: () => config.preview?.urlPort ?? listeningPort(app.server, config.port),
+    mutex,
+    clock,
+    activity,
+  });
+  services.ports = ports;
   const app = await buildApp({
     services,
     logger,
@@ -297,6 +316,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     actors,
     auditCommandLines: config.audit?.commandLines ?? false,
   });
+  const preview = installPreviewProxy(app.server, { ports, clock, logger: logger.child({ component: 'preview' }) });
   const e2b = await buildE2bServers({ services, sandboxes: store.sandboxes, driver, dataDir: config.dataDir, logger });
   return {
     app,
@@ -321,11 +341,18 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await e2b.close();
       await app.close();
       await services.audit?.close();
+      preview.close();
       await driver.close?.();
       await resolver?.close();
       await store.close();
     },
   };
+}
+
+/** The port `server` listens on (`fallback` before it listens). */
+function listeningPort(server: Server, fallback: number): number {
+  const address = server.address();
+  return address !== null && typeof address === 'object' ? address.port : fallback;
 }
 
 /** Scrape-time values of {@link Metrics}: rows by state, quarantined rows, disk bytes per tenant. */

@@ -856,7 +856,7 @@ export const CreatedWebhookParser: WireParser<z.output<typeof contract.CreatedWe
 export const ErrorEnvelopeParser: WireParser<z.output<typeof contract.ErrorEnvelopeSchema>> = {
   schemaName: 'ErrorEnvelopeSchema',
   parse: lazyParser(() => {
-  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "internal_error"]);
+  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "preview_access_denied", "preview_link_expired", "preview_link_invalid", "port_not_listening", "internal_error"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["error"];
@@ -1830,6 +1830,70 @@ export const HealthParser: WireParser<z.output<typeof contract.HealthSchema>> = 
   if (typeof v2 !== "string") return INVALID;
   const v3 = { "status": v0, "version": v1, "runtime": v2 };
   return v3;
+  };
+  }),
+};
+
+/** Parses like `PortListSchema.safeParse`: the value, or INVALID. */
+export const PortListParser: WireParser<z.output<typeof contract.PortListSchema>> = {
+  schemaName: 'PortListSchema',
+  parse: lazyParser(() => {
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["ports"];
+  if (!Array.isArray(v0)) return INVALID;
+  const v1 = new Array(v0.length);
+  for (let v2 = 0; v2 < v0.length; v2++) {
+    const v3 = v0[v2];
+    if (typeof v3 !== "object" || v3 === null || Array.isArray(v3)) return INVALID;
+    const v4 = v3["port"];
+    if (typeof v4 !== "number" || !Number.isFinite(v4)) return INVALID;
+    if (!Number.isSafeInteger(v4)) return INVALID;
+    const v5 = v3["address"];
+    if (typeof v5 !== "string") return INVALID;
+    const v6 = v3["public"];
+    if (typeof v6 !== "boolean") return INVALID;
+    const v7 = v3["url"];
+    if (typeof v7 !== "string") return INVALID;
+    const v8 = { "port": v4, "address": v5, "public": v6, "url": v7 };
+    v1[v2] = v8;
+  }
+  const v9 = { "ports": v1 };
+  return v9;
+  };
+  }),
+};
+
+/** Parses like `PortUrlSchema.safeParse`: the value, or INVALID. */
+export const PortUrlParser: WireParser<z.output<typeof contract.PortUrlSchema>> = {
+  schemaName: 'PortUrlSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["port"];
+  if (typeof v0 !== "number" || !Number.isFinite(v0)) return INVALID;
+  if (!Number.isSafeInteger(v0)) return INVALID;
+  const v1 = input["url"];
+  if (typeof v1 !== "string") return INVALID;
+  const v2 = input["public"];
+  if (typeof v2 !== "boolean") return INVALID;
+  const v3 = input["expiresAt"];
+  let v4 = null;
+  if (v3 !== null) {
+    if (typeof v3 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v3)) return INVALID;
+    v4 = v3;
+  }
+  const v5 = input["accessToken"];
+  let v6 = null;
+  if (v5 !== null) {
+    if (typeof v5 !== "string") return INVALID;
+    v6 = v5;
+  }
+  const v7 = { "port": v0, "url": v1, "public": v2, "expiresAt": v4, "accessToken": v6 };
+  return v7;
   };
   }),
 };

@@ -20,6 +20,7 @@ describe('network rules (pure)', () => {
       resolver: RESOLVER,
       never: ['10.231.0.0/16'],
       declare: true,
+      hostGateway: '10.231.0.1',
     });
     const egress = script.split('\n').filter((line) => line.startsWith('add rule inet burrow egress '));
     const at = (needle: string) => egress.findIndex((line) => line.includes(needle));
@@ -44,6 +45,7 @@ describe('network rules (pure)', () => {
       resolver: RESOLVER,
       never: [],
       declare: false,
+      hostGateway: '10.231.0.1',
     });
     const egress = script.split('\n').filter((line) => line.startsWith('add rule inet burrow egress '));
     expect(egress.map((line) => line.replace('add rule inet burrow egress ', ''))).toEqual([
@@ -53,5 +55,26 @@ describe('network rules (pure)', () => {
     expect(script).not.toContain('table inet burrow {');
     expect(script).not.toContain('flush set inet burrow resolved');
     expect(script).not.toContain('allow { 1.2.3.4');
+  });
+
+  it('ingress: the host gateway reaches guest ports ahead of the egress policy, mode none included', () => {
+    const script = routerRules({
+      policy: { mode: 'none', allowOut: [], denyOut: [] },
+      uplinkAddress: '10.231.0.9',
+      resolver: RESOLVER,
+      never: [],
+      declare: false,
+      hostGateway: '10.231.0.1',
+    });
+    const lines = script.split('\n');
+    const first = (chain: string) => lines.find((line) => line.startsWith(`add rule inet burrow ${chain} `));
+    expect(first('pre')).toBe('add rule inet burrow pre jump ingress_pre');
+    expect(first('forward')).toBe('add rule inet burrow forward jump ingress_forward');
+    // Declared before the jumps that name them, so routers made without them get them on the next apply.
+    expect(lines.indexOf('add chain inet burrow ingress_pre')).toBeLessThan(lines.indexOf(first('pre') ?? ''));
+    expect(script).toContain(
+      'ingress_pre iifname "up0" ip saddr 10.231.0.1 ip daddr 10.231.0.9 meta l4proto tcp dnat ip to 192.168.127.2',
+    );
+    expect(lines.filter((line) => line.includes('ingress_forward') && line.endsWith('accept'))).toHaveLength(2);
   });
 });

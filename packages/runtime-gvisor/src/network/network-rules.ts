@@ -1,4 +1,5 @@
 import { type NetworkPolicy, parseNetworkRule } from '@burrow/contract';
+import { ingressJumps, ingressRouterRules } from './ingress-rules.js';
 
 /** The guest's own address, the same in every sandbox: a checkpoint restored, forked or moved needs no change. */
 export const GUEST_ADDRESS = '192.168.127.2';
@@ -53,6 +54,8 @@ export interface RouterRulesInput {
   never: readonly string[];
   /** Declare the table and its objects first (the first apply); later applies keep counters and resolved addresses. */
   declare: boolean;
+  /** The pool's host gateway: the source of the host's connections to guest ports (see `ingressRouterRules`). */
+  hostGateway: string;
 }
 
 /** IPv4 dotted quad → unsigned 32-bit number. */
@@ -129,8 +132,12 @@ export function routerRules(input: RouterRulesInput): string {
   for (const [name, cidrs] of Object.entries(sets)) {
     if (cidrs.length > 0) lines.push(`add element ${t} ${name} ${elements(cidrs)}`);
   }
+  lines.push(...ingressRouterRules({ table: t, uplinkAddress: input.uplinkAddress, hostGateway: input.hostGateway }));
   const dns = `${resolver.address}:${resolver.port}`;
+  const ingress = ingressJumps(t);
   lines.push(
+    ingress.pre,
+    ingress.forward,
     `add rule ${t} pre iifname "${ROUTER_GUEST_LINK}" ip daddr ${GUEST_GATEWAY} udp dport 53 dnat ip to ${dns}`,
     `add rule ${t} post oifname "${ROUTER_UPLINK}" snat ip to ${input.uplinkAddress}`,
     `add rule ${t} input ct state established,related accept`,

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { NetworkPolicy, NetworkUsage } from '@burrow/contract';
 import { RuntimeError } from '@burrow/runtime';
 import { runCommand } from '../run-command.js';
+import { ingressHostRules } from './ingress-rules.js';
 import {
   GATEWAY_MAC,
   GUEST_ADDRESS,
@@ -191,6 +192,7 @@ export class SandboxNetworks {
     const gateway = this.hostGateway();
     await run('ip', ['addr', 'replace', `${gateway}/32`, 'dev', HOST_GATEWAY_LINK]);
     await run('nft', ['-f', '-'], { input: hostRules({ poolCidr: this.poolCidr, resolver: this.resolver }) });
+    await run('nft', ['-f', '-'], { input: ingressHostRules() });
   }
 
   /**
@@ -283,6 +285,7 @@ export class SandboxNetworks {
       resolver: this.resolver,
       never: this.never,
       declare,
+      hostGateway: this.hostGateway(),
     });
     await inNetns(router, ['nft', '-f', '-'], script);
     const mbps = policy.egressMbps ?? this.options.defaultEgressMbps;

@@ -35,6 +35,7 @@ import { registerLifecycleRoutes } from './lifecycle-routes.js';
 import { registerMcpRoute } from './mcp-route.js';
 import { registerNetworkRoutes } from './network-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
+import { registerPortRoutes } from './port-routes.js';
 import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
@@ -196,6 +197,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerPortRoutes(scope.withTypeProvider<ZodTypeProvider>(), services.ports);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerAuditRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerUsageRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);

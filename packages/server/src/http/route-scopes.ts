@@ -54,6 +54,9 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'POST /v1/sandboxes/:id/reset': onSandbox('sandboxes:write'),
   'POST /v1/sandboxes/:id/fork': { ...onSandbox('sandboxes:write'), creates: true },
   'PUT /v1/sandboxes/:id/network': onSandbox('sandboxes:write'),
+  'GET /v1/sandboxes/:id/ports': onSandbox('sandboxes:read', 'read'),
+  // A preview URL (and its access token) opens the sandbox's port; `public` changes who may reach it.
+  'POST /v1/sandboxes/:id/ports/:port/url': onSandbox('sandboxes:write'),
   'POST /v1/sandboxes/:id/quarantine': onSandbox('sandboxes:write'),
   'POST /v1/sandboxes/:id/quarantine/release': onSandbox('sandboxes:write'),
   'GET /v1/sandboxes/:id/inspect': onSandbox('sandboxes:read', 'read'),

@@ -9,6 +9,7 @@ import type { KeyService } from './key-service.js';
 import type { Metrics } from './metrics.js';
 import type { NetworkService } from './network-service.js';
 import type { PolicyService } from './policy-service.js';
+import type { PortService } from './port-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
@@ -43,6 +44,8 @@ export interface Services {
   audit?: AuditService | undefined;
   /** Usage metering. @default absent in the OpenAPI writer */
   usage?: UsageService | undefined;
+  /** Preview URLs and listening ports of sandboxes. @default absent in the OpenAPI writer */
+  ports?: PortService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

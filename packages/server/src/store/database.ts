@@ -183,6 +183,13 @@ export interface TemplatesTable {
   created_at: string;
 }
 
+/** `sandbox_public_ports`: the ports of a sandbox whose preview URL answers anyone (docs/network.md). */
+export interface SandboxPublicPortsTable {
+  sandbox_id: string;
+  port: number;
+  created_at: string;
+}
+
 /** The one schema type both dialects share. */
 export interface DB {
   api_keys: ApiKeysTable;
@@ -197,6 +204,7 @@ export interface DB {
   tenant_policy_defaults: TenantPolicyDefaultsTable;
   audit_log: AuditLogTable;
   audit_state: AuditStateTable;
+  sandbox_public_ports: SandboxPublicPortsTable;
 }
 
 /** `audit_log`: one hash-chained record per changing or refused request (append-only). */

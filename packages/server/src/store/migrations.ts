@@ -282,6 +282,22 @@ MIGRATIONS['2420_audit_log'] = {
   },
 };
 
+/** Issue 23: ports exposed as public (their preview URL needs no token). */
+MIGRATIONS['2300_public_ports'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema
+      .createTable('sandbox_public_ports')
+      .addColumn('sandbox_id', 'text', (c) => c.notNull())
+      .addColumn('port', 'integer', (c) => c.notNull())
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addPrimaryKeyConstraint('sandbox_public_ports_pk', ['sandbox_id', 'port'])
+      .execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.dropTable('sandbox_public_ports').ifExists().execute();
+  },
+};
+
 class StaticMigrationProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return MIGRATIONS;

@@ -35,6 +35,8 @@ export class FakeDriver implements RuntimeDriver {
   readonly failCreateFor = new Set<string>();
   /** When true, every `create` fails after leaving a partial directory behind. */
   failAllCreates = false;
+  /** What {@link ingressAddress} answers: a host address where a test serves the "sandbox's" ports. @default null */
+  ingressHost: string | null = null;
   /** Calls made, for assertions. */
   readonly calls: Array<{ verb: string; sandboxId: string }> = [];
   private readonly events = new Map<string, RuntimeEvent[]>();
@@ -43,6 +45,11 @@ export class FakeDriver implements RuntimeDriver {
 
   /** @param baseDir host directory holding one subdirectory per fake sandbox (trusted, test-owned) */
   constructor(readonly baseDir: string) {}
+
+  /** {@link ingressHost}: the fake's "sandbox ports" are whatever the test serves there. */
+  async ingressAddress(_sandboxId: string): Promise<string | null> {
+    return this.ingressHost;
+  }
 
   async create(options: CreateOptions): Promise<void> {
     this.calls.push({ verb: 'create', sandboxId: options.sandboxId });
