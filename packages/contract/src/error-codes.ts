@@ -111,6 +111,12 @@ export const ErrorCode = {
    * (`BURROW_HTTP_MAX_CONNECTIONS_PER_ADDRESS`, `BURROW_HTTP_MAX_REQUESTS_PER_KEY`); retry after `Retry-After` seconds.
    */
   rateLimited: 'rate_limited',
+  /** No secret with this name exists for the caller's tenant (secrets routes). */
+  secretNotFound: 'secret_not_found',
+  /** A create names a secret that does not exist for the caller's tenant: set it first (`burrow secrets set`). */
+  unknownSecret: 'unknown_secret',
+  /** A secret value is longer than 64 KiB of UTF-8. */
+  secretTooLarge: 'secret_too_large',
   /** Anything unexpected; the server log carries the details under the request id. */
   internal: 'internal_error',
 } as const;
@@ -162,5 +168,8 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   webhook_url_forbidden: 422,
   request_timeout: 408,
   rate_limited: 429,
+  secret_not_found: 404,
+  unknown_secret: 400,
+  secret_too_large: 413,
   internal_error: 500,
 };

@@ -175,6 +175,28 @@ export interface TemplatesTable {
   created_at: string;
 }
 
+/** `secrets`: a tenant's secrets for egress; `sealed_value` is AES-256-GCM under the data dir's secret key. */
+export interface SecretsTable {
+  tenant_id: string;
+  name: string;
+  /** JSON array of domains and wildcards. */
+  hosts: string;
+  header: string | null;
+  format: string | null;
+  sealed_value: string;
+  created_at: string;
+  rotated_at: string | null;
+}
+
+/** `sandbox_secrets`: which secrets a sandbox holds placeholders of (copied to fork children). */
+export interface SandboxSecretsTable {
+  sandbox_id: string;
+  tenant_id: string;
+  name: string;
+  env: string;
+  placeholder: string;
+}
+
 /** The one schema type both dialects share. */
 export interface DB {
   api_keys: ApiKeysTable;
@@ -187,6 +209,8 @@ export interface DB {
   webhook_deliveries: WebhookDeliveriesTable;
   tenant_quotas: TenantQuotasTable;
   tenant_policy_defaults: TenantPolicyDefaultsTable;
+  secrets: SecretsTable;
+  sandbox_secrets: SandboxSecretsTable;
 }
 
 /** Which SQL engine a database runs on. */
