@@ -15,9 +15,31 @@ const CA_VALIDITY_YEARS = 10;
 const CA_DIR = 'egress-ca';
 
 /**
+ * The installation's egress CA, loaded (and minted, the first time) on first use: a server whose sandboxes hold no
+ * secrets never pays for the RSA keys.
+ */
+export class LazyEgressCa {
+  private loaded: Promise<EgressCa> | undefined;
+
+  constructor(private readonly dataDir: string) {}
+
+  /**
+   * The CA, loaded or minted once.
+   * @throws Error as {@link EgressCa.load}
+   */
+  get(): Promise<EgressCa> {
+    this.loaded ??= EgressCa.load(this.dataDir).catch((error: unknown) => {
+      this.loaded = undefined;
+      throw error;
+    });
+    return this.loaded;
+  }
+}
+
+/**
  * The installation's egress CA: minted once into `<data-dir>/egress-ca/` (`ca.pem`, and `ca.key` with mode 0600),
  * installed into the trust stores of sandboxes with secrets, and signing a leaf per host name the egress proxy
- * terminates TLS for. Leaves share one RSA key made at start and are cached per name.
+ * terminates TLS for. Leaves share one RSA key made at load and are cached per name.
  */
 export class EgressCa {
   private readonly leaves = new Map<string, { pair: PemPair; renewAtMs: number }>();

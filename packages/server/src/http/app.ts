@@ -35,6 +35,7 @@ import { registerPersistenceRoutes } from './persistence-routes.js';
 import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
+import { registerSecretRoutes } from './secret-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
 import type { ZodApp } from './zod-app.js';
 
@@ -184,6 +185,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerKeyRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerSecretRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },

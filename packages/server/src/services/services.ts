@@ -10,6 +10,7 @@ import type { NetworkService } from './network-service.js';
 import type { PolicyService } from './policy-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
+import type { SecretService } from './secret-service.js';
 import type { TemplateService } from './template-service.js';
 import type { TenantDefaultsService } from './tenant-defaults-service.js';
 
@@ -37,6 +38,8 @@ export interface Services {
   tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
+  /** Secrets at egress: set, rotate, list, delete. @default absent in the OpenAPI writer */
+  secrets?: SecretService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }
