@@ -156,6 +156,9 @@ export class RequestTimeoutError extends BurrowError {}
  */
 export class RateLimitedError extends BurrowError {}
 
+/** No secret with this name (`secret_not_found`), or a create names one the tenant does not have (`unknown_secret`). */
+export class SecretNotFoundError extends BurrowError {}
+
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
 const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
@@ -198,6 +201,9 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   quota_exceeded: QuotaExceededError,
   policy_limit_exceeded: InvalidRequestError,
   webhook_not_found: WebhookNotFoundError,
+  secret_not_found: SecretNotFoundError,
+  unknown_secret: SecretNotFoundError,
+  secret_too_large: InvalidRequestError,
   webhook_url_forbidden: WebhookUrlForbiddenError,
   sandbox_quarantined: SandboxQuarantinedError,
   request_timeout: RequestTimeoutError,

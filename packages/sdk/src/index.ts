@@ -69,6 +69,7 @@ export {
   SandboxNotRunningError,
   SandboxPausedError,
   SandboxQuarantinedError,
+  SecretNotFoundError,
   ServerError,
   SnapshotCorruptError,
   SnapshotNotFoundError,
