@@ -76,18 +76,45 @@ async function curlDigest(sandbox: Sandbox, url: string): Promise<Digests> {
   return JSON.parse(result.stdout) as Digests;
 }
 
-/** Which of `needles` occur anywhere under `path` (host), in one `grep -r -a -o -F` pass (disk images are 2 GiB). */
+/**
+ * Reads every regular file under a path, only the data extents of sparse ones (SEEK_DATA/SEEK_HOLE: a disk image is
+ * 2 GiB with a few hundred MiB written), and prints each needle (argv[2:]) found in any of them.
+ */
+const SCAN_SCRIPT = `
+import os, sys
+root, needles = sys.argv[1], [n.encode() for n in sys.argv[2:]]
+found, overlap, chunk = set(), max(len(n) for n in needles), 8 << 20
+paths = [root] if os.path.isfile(root) else [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+for path in paths:
+    if os.path.islink(path) or not os.path.isfile(path): continue
+    with open(path, 'rb') as fh:
+        fd, end, at = fh.fileno(), os.fstat(fh.fileno()).st_size, 0
+        while at < end:
+            try: at = os.lseek(fd, at, os.SEEK_DATA)
+            except OSError: break
+            hole = os.lseek(fd, at, os.SEEK_HOLE)
+            tail = b''
+            while at < hole:
+                os.lseek(fd, at, os.SEEK_SET)
+                block = tail + os.read(fd, min(chunk, hole - at))
+                if not block: break
+                at += len(block) - len(tail)
+                found.update(n for n in needles if n in block)
+                tail = block[-overlap:]
+print('\\n'.join(sorted(n.decode() for n in found)))
+`;
+
+/** Which of `needles` occur anywhere under `path` (host): every byte written to a file there, sparse holes skipped. */
 async function found(path: string, needles: readonly string[]): Promise<string[]> {
-  // Asynchronous: the server under test runs in this process and must keep answering while grep reads.
+  // Asynchronous: the server under test runs in this process and must keep answering while the scan reads.
   const stdout = await new Promise<string>((resolve, reject) => {
-    const args = ['-r', '-a', '-o', '-h', '-F', ...needles.flatMap((n) => ['-e', n]), path];
-    execFile('grep', args, { maxBuffer: 64 << 20 }, (error, out, err) => {
-      if (error !== null && error.code !== 1) reject(new Error(`grep failed: ${err}`));
+    execFile('python3', ['-c', SCAN_SCRIPT, path, ...needles], { maxBuffer: 1 << 20 }, (error, out, err) => {
+      if (error !== null) reject(new Error(`scan failed: ${err}`));
       else resolve(out);
     });
   });
-  const hits = needles.filter((needle) => stdout.includes(needle));
-  step(`grep ${path}: ${hits.length} of ${needles.length} found`);
+  const hits = needles.filter((needle) => stdout.split('\n').includes(needle));
+  step(`scan ${path}: ${hits.length} of ${needles.length} found`);
   return hits;
 }
 
