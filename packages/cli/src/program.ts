@@ -10,6 +10,7 @@ import { registerNetworkCommands } from './commands/network-commands.js';
 import { registerPersistenceCommands } from './commands/persistence-commands.js';
 import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
+import { registerSecretsCommands } from './commands/secrets-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
 import { registerTemplateCommands } from './commands/template-commands.js';
 import { registerTenantCommands } from './commands/tenant-commands.js';
@@ -44,6 +45,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerKeysCommands(program, context);
   registerLifecycleCommands(program, context);
   registerNetworkCommands(program, context);
+  registerSecretsCommands(program, context);
   registerTenantCommands(program, context);
   registerServerCommands(program, context);
   registerE2bCommands(program, context);

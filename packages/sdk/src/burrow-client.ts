@@ -20,6 +20,7 @@ import {
 import { ClientErrorCode, errorFromWire, ProtocolError, TemplateBuildError } from './errors.js';
 import { HttpClient, parseBody } from './http-client.js';
 import { Events, Quotas, Webhooks } from './lifecycle.js';
+import { Secrets } from './secrets.js';
 import { SseParser } from './sse-parser.js';
 
 /** Server health as returned by `GET /v1/health`. */
@@ -232,6 +233,8 @@ export class BurrowClient {
   readonly webhooks: Webhooks;
   /** Tenant quotas: get, set (admin). */
   readonly quotas: Quotas;
+  /** Secrets substituted at egress: set, rotate, list, delete. */
+  readonly secrets: Secrets;
   readonly #http: HttpClient;
 
   constructor(options: ConnectionOptions = {}) {
@@ -241,6 +244,7 @@ export class BurrowClient {
     this.events = new Events(this.#http);
     this.webhooks = new Webhooks(this.#http);
     this.quotas = new Quotas(this.#http);
+    this.secrets = new Secrets(this.#http);
   }
 
   /** Base URL the client talks to (defaults applied). */

@@ -18,7 +18,10 @@ export type {
   Sandbox as SandboxInfo,
   SandboxInspection,
   SandboxNetwork,
+  SandboxSecretRequest,
   SandboxState,
+  Secret,
+  SetSecretRequest,
   Snapshot,
   Template,
   UpdateSandboxRequest,
@@ -111,4 +114,5 @@ export {
 } from './lifecycle.js';
 export { Network } from './network.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
+export { Secrets } from './secrets.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';
