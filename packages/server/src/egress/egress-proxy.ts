@@ -99,13 +99,15 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
     const hostHeader = (request.headers.host ?? '').replace(/:\d+$/, '');
     const name = context.tlsName ?? normalizeDnsName(hostHeader);
     const route = routeOf(context.sandboxId, name);
-    const address = route?.addresses[0];
-    if (name === null || address === undefined) {
+    // A plain HTTP request naming no recorded name goes, as sent, to the sandbox's newest intercepted address.
+    const address = (route ?? (secure ? undefined : routeOf(context.sandboxId, null)))?.addresses[0];
+    if (address === undefined) {
       response.writeHead(502, { 'content-type': 'text/plain' });
       response.end(`burrow egress proxy: no address resolved for ${hostHeader || 'this request'}; resolve it again\n`);
       return;
     }
-    const secrets = await options.secretsFor(context.sandboxId, name);
+    // Secrets only go to the addresses resolved for the very name they are bound to.
+    const secrets = route === undefined || name === null ? [] : await options.secretsFor(context.sandboxId, name);
     const { target, headers } = substituteSecrets(request.url ?? '/', request.rawHeaders, secrets);
     const headerObject: Record<string, string | string[]> = {};
     for (const [key, value] of headers) {
@@ -121,7 +123,7 @@ export async function startEgressProxy(options: EgressProxyOptions): Promise<Egr
       setHost: false,
       agent: false,
       timeout: timeoutMs,
-      ...(secure ? { servername: name, ...(upstreamCa === undefined ? {} : { ca: upstreamCa }) } : {}),
+      ...(secure && name !== null ? { servername: name, ...(upstreamCa === undefined ? {} : { ca: upstreamCa }) } : {}),
     };
     await new Promise<void>((resolve, reject) => {
       const upstream = (secure ? https : http).request(requestOptions, (answer) => {
