@@ -13,6 +13,7 @@ import { registerPersistenceCommands } from './commands/persistence-commands.js'
 import { registerPortsCommands } from './commands/ports-commands.js';
 import { registerProcessCommands } from './commands/process-commands.js';
 import { registerSandboxCommands } from './commands/sandbox-commands.js';
+import { registerSecretsCommands } from './commands/secrets-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
 import { registerTemplateCommands } from './commands/template-commands.js';
 import { registerTenantCommands } from './commands/tenant-commands.js';
@@ -49,6 +50,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerLifecycleCommands(program, context);
   registerNetworkCommands(program, context);
   registerPortsCommands(program, context);
+  registerSecretsCommands(program, context);
   registerTenantCommands(program, context);
   registerServerCommands(program, context);
   registerE2bCommands(program, context);

@@ -45,6 +45,8 @@ export const WIRE_SCHEMAS = [
   'SandboxInspectionSchema',
   'SandboxListSchema',
   'SandboxSchema',
+  'SecretListSchema',
+  'SecretSchema',
   'SnapshotListSchema',
   'SnapshotSchema',
   'TemplateBuildEventSchema',

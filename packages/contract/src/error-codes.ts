@@ -127,6 +127,12 @@ export const ErrorCode = {
   previewLinkInvalid: 'preview_link_invalid',
   /** Nothing inside the sandbox accepts connections on the preview URL's port (or it does not answer in time). */
   portNotListening: 'port_not_listening',
+  /** No secret with this name exists for the caller's tenant (secrets routes). */
+  secretNotFound: 'secret_not_found',
+  /** A create names a secret that does not exist for the caller's tenant: set it first (`burrow secrets set`). */
+  unknownSecret: 'unknown_secret',
+  /** A secret value is longer than 64 KiB of UTF-8. */
+  secretTooLarge: 'secret_too_large',
   /** Anything unexpected; the server log carries the details under the request id. */
   internal: 'internal_error',
 } as const;
@@ -183,5 +189,8 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   preview_link_expired: 401,
   preview_link_invalid: 401,
   port_not_listening: 502,
+  secret_not_found: 404,
+  unknown_secret: 400,
+  secret_too_large: 413,
   internal_error: 500,
 };

@@ -13,6 +13,7 @@ export * from './network.js';
 export * from './network-rules.js';
 export * from './ports.js';
 export * from './sandbox.js';
+export * from './secrets.js';
 export * from './snapshots.js';
 export * from './templates.js';
 export * from './tenant-defaults.js';

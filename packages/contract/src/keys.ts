@@ -13,7 +13,8 @@ export type ApiKeyRole = z.infer<typeof ApiKeyRoleSchema>;
  * info, inspect, quota), `sandboxes:write` (create, delete, fork, pause, resume, stop, start, reset, PATCH, network,
  * keepalive, quarantine), `commands` (exec, background commands), `files`, `snapshots`, `templates:read`,
  * `templates:write`, `events` (events and their stream), `webhooks`, `keys` (list, create and revoke keys), `audit`
- * (the audit log), `usage` (usage metering), `admin` (other tenants, quotas, tenant defaults, metrics).
+ * (the audit log), `usage` (usage metering), `secrets` (secrets substituted at egress: set, rotate, list, delete;
+ * values are never readable), `admin` (other tenants, quotas, tenant defaults, metrics).
  */
 export const KeyScopeSchema = z.enum([
   'sandboxes:read',
@@ -28,6 +29,7 @@ export const KeyScopeSchema = z.enum([
   'keys',
   'audit',
   'usage',
+  'secrets',
   'admin',
 ]);
 export type KeyScope = z.infer<typeof KeyScopeSchema>;

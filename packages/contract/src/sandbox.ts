@@ -3,6 +3,7 @@ import { EnvSchema, InstantSchema, LabelsSchema, NameSchema, SandboxIdSchema, Sa
 import { QuarantineSchema } from './hygiene.js';
 import { ExpirySchema, PolicyFieldsSchema } from './lifecycle.js';
 import { NetworkPolicyRequestSchema, SandboxNetworkSchema } from './network.js';
+import { SandboxSecretsRequestSchema } from './secrets.js';
 
 /** Observed sandbox states (ARCHITECTURE §3). `error` always carries a condition with a reason and is deletable. */
 export const SandboxStateSchema = z.enum([
@@ -87,6 +88,11 @@ export const CreateSandboxRequestSchema = z
     restoreMemory: z.boolean().default(true),
     /** Network policy (see docs/network.md). @default the server's `BURROW_NETWORK_DEFAULT` mode with no rules */
     network: NetworkPolicyRequestSchema.optional(),
+    /**
+     * Secrets (names, or `{ name, env }`) whose placeholders go into env vars; requests to each secret's hosts carry
+     * its value instead (docs/network.md "Secrets at egress"). Unknown names: `unknown_secret`. @default []
+     */
+    secrets: SandboxSecretsRequestSchema.optional(),
   })
   .strict()
   .meta({ id: 'CreateSandboxRequest' });

@@ -8,6 +8,7 @@ export {
   imageKey,
   loadImageKey,
 } from './image-encryption.js';
+export type { EgressProxyEndpoint } from './network/egress-intercept-rules.js';
 export {
   ALWAYS_DENIED_CIDRS,
   GUEST_ADDRESS,

@@ -21,6 +21,7 @@ import { ClientErrorCode, errorFromWire, ProtocolError, TemplateBuildError } fro
 import { Audit, Usage } from './governance.js';
 import { HttpClient, parseBody } from './http-client.js';
 import { Events, Quotas, Webhooks } from './lifecycle.js';
+import { Secrets } from './secrets.js';
 import { SseParser } from './sse-parser.js';
 
 /** Server health as returned by `GET /v1/health`. */
@@ -237,6 +238,8 @@ export class BurrowClient {
   readonly audit: Audit;
   /** Usage metering. */
   readonly usage: Usage;
+  /** Secrets substituted at egress: set, rotate, list, delete. */
+  readonly secrets: Secrets;
   readonly #http: HttpClient;
 
   constructor(options: ConnectionOptions = {}) {
@@ -248,6 +251,7 @@ export class BurrowClient {
     this.quotas = new Quotas(this.#http);
     this.audit = new Audit(this.#http);
     this.usage = new Usage(this.#http);
+    this.secrets = new Secrets(this.#http);
   }
 
   /** Base URL the client talks to (defaults applied). */

@@ -163,6 +163,8 @@ export class RateLimitedError extends BurrowError {}
 export class PreviewAccessError extends BurrowError {}
 /** Nothing listens on the sandbox port a preview URL names (`port_not_listening`, HTTP 502). */
 export class PortNotListeningError extends BurrowError {}
+/** No secret with this name (`secret_not_found`), or a create names one the tenant does not have (`unknown_secret`). */
+export class SecretNotFoundError extends BurrowError {}
 
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
@@ -207,6 +209,9 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   quota_exceeded: QuotaExceededError,
   policy_limit_exceeded: InvalidRequestError,
   webhook_not_found: WebhookNotFoundError,
+  secret_not_found: SecretNotFoundError,
+  unknown_secret: SecretNotFoundError,
+  secret_too_large: InvalidRequestError,
   webhook_url_forbidden: WebhookUrlForbiddenError,
   sandbox_quarantined: SandboxQuarantinedError,
   request_timeout: RequestTimeoutError,

@@ -28,7 +28,10 @@ export type {
   Sandbox as SandboxInfo,
   SandboxInspection,
   SandboxNetwork,
+  SandboxSecretRequest,
   SandboxState,
+  Secret,
+  SetSecretRequest,
   Snapshot,
   Template,
   UpdateSandboxRequest,
@@ -83,6 +86,7 @@ export {
   SandboxNotRunningError,
   SandboxPausedError,
   SandboxQuarantinedError,
+  SecretNotFoundError,
   ServerError,
   SnapshotCorruptError,
   SnapshotNotFoundError,
@@ -126,4 +130,5 @@ export {
 export { Network } from './network.js';
 export { Ports, type PortUrlOptions } from './ports.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
+export { Secrets } from './secrets.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';

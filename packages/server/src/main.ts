@@ -1,4 +1,4 @@
-import { chmod, writeFile } from 'node:fs/promises';
+import { chmod, readFile, writeFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
@@ -8,6 +8,10 @@ import { type Logger, pino } from 'pino';
 /** Everything the server needs to know, read once from the environment by {@link loadConfig}. */
 import { type Config, type ConfigOverrides, loadConfig } from './config.js';
 import { lockDataDir, prepareDataDir } from './data-dir.js';
+import { LazyEgressCa } from './egress/egress-ca.js';
+import { installEgressCa } from './egress/sandbox-trust.js';
+import { SecretCipher } from './egress/secret-cipher.js';
+import { startSecretsEgress } from './egress/secrets-egress.js';
 import { installHeapHeadroom } from './heap-headroom.js';
 import { buildApp } from './http/app.js';
 import { buildE2bServers, type E2bServers } from './http/e2b/e2b-servers.js';
@@ -39,6 +43,7 @@ import { PreviewHosts } from './services/preview-host.js';
 import { QuotaService } from './services/quota-service.js';
 import { openS3SnapshotStore } from './services/s3-config.js';
 import { SandboxService } from './services/sandbox-service.js';
+import { SecretService } from './services/secret-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
 import { TenantDefaultsService } from './services/tenant-defaults-service.js';
@@ -47,6 +52,7 @@ import { WarmPool } from './services/warm-pool.js';
 import { WebhookDispatcher } from './services/webhook-dispatcher.js';
 import { EventStore } from './store/event-store.js';
 import { PortStore } from './store/port-store.js';
+import { SecretStore } from './store/secret-store.js';
 import { openStore, type Store } from './store/store.js';
 import { type Clock, systemClock } from './util/clock.js';
 import { KeyedMutex } from './util/keyed-mutex.js';
@@ -201,7 +207,22 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     serverDefaults: config.policyDefaults,
     clock,
   });
+  const secrets = new SecretService({
+    store: new SecretStore(store.db),
+    cipher: await SecretCipher.load(join(config.dataDir, 'secret-key')),
+    clock,
+    logger,
+  });
+  const egressCa = new LazyEgressCa(config.dataDir);
   const sandboxes: SandboxService = new SandboxService({
+    ...(networks === undefined
+      ? {}
+      : {
+          secrets,
+          installSecretTrust: async (id: string) => {
+            await installEgressCa(driver.rootDir(id), (await egressCa.get()).certPem);
+          },
+        }),
     pool,
     network: { defaultMode: config.network?.defaultMode ?? 'none' },
     sandboxes: store.sandboxes,
@@ -221,6 +242,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     metrics,
   });
   const services: Services = {
+    secrets,
     keys,
     templates,
     sandboxes,
@@ -263,6 +285,21 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     audit: new AuditService({ store: store.audit, clock, logger: logger.child({ component: 'audit' }) }),
     driverName: driver.name,
   };
+  const egress =
+    networks === undefined || resolver === undefined
+      ? undefined
+      : await startSecretsEgress({
+          networks,
+          dns: resolver,
+          secrets,
+          ca: egressCa,
+          never: config.network?.never ?? [],
+          upstreamCa:
+            config.network?.egressUpstreamCaPath == null
+              ? undefined
+              : [await readFile(config.network.egressUpstreamCaPath, 'utf8')],
+          logger: logger.child({ component: 'secrets-egress' }),
+        });
   const reconciler = new Reconciler({
     sandboxes: store.sandboxes,
     snapshots: store.snapshots,
@@ -343,6 +380,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
       await services.audit?.close();
       preview.close();
       await driver.close?.();
+      await egress?.close();
       await resolver?.close();
       await store.close();
     },

@@ -21,6 +21,11 @@ export interface NetworkConfig {
    * (BURROW_DNS_UPSTREAM=ip[:port][,ip[:port]])
    */
   dnsUpstreams: DnsUpstream[];
+  /**
+   * A PEM file of CA certificates the egress proxy trusts, beside Node's bundled roots, when it verifies the real
+   * hosts of secrets (a private API's own CA). @default none (BURROW_EGRESS_UPSTREAM_CA=PATH)
+   */
+  egressUpstreamCaPath?: string | null | undefined;
 }
 
 /**
@@ -74,7 +79,8 @@ export function networkConfigFrom(
       dnsUpstreams = [];
     }
   }
-  return { defaultMode, never, egressMbps, resolver, dnsUpstreams };
+  const egressUpstreamCaPath = env.BURROW_EGRESS_UPSTREAM_CA || null;
+  return { defaultMode, never, egressMbps, resolver, dnsUpstreams, egressUpstreamCaPath };
 }
 
 function isCidr(entry: string): boolean {

@@ -10,7 +10,15 @@ export interface SandboxDns {
   port: number;
   /** Stop answering and stop admitting sandbox links to the endpoint on the host. Idempotent. */
   close(): Promise<void>;
+  /**
+   * Call `hook` with every A answer a sandbox gets, after its addresses opened in the firewall and before the answer
+   * leaves (secrets at egress redirect the names bound to them); a rejection answers SERVFAIL. Undefined removes it.
+   */
+  setAnswerHook(hook: ResolvedHook | undefined): void;
 }
+
+/** See {@link SandboxDns.setAnswerHook}. */
+export type ResolvedHook = (sandboxId: string, name: string, addresses: string[], ttlSeconds: number) => Promise<void>;
 
 /**
  * Prepare the host for the sandboxes' networks and start their resolver on it (docs/network.md "DNS"): it listens
@@ -35,6 +43,7 @@ export async function startSandboxDns(
   if (upstreams.length === 0) {
     logger.warn('no DNS upstream (the host names no nameserver): sandboxes resolve no names; set BURROW_DNS_UPSTREAM');
   }
+  let answerHook: ResolvedHook | undefined;
   const resolver = await startSandboxResolver({
     listenAddress: networks.resolver.address,
     port: config?.resolver?.port ?? 0,
@@ -46,7 +55,10 @@ export async function startSandboxDns(
       const { mode, allowOut, denyOut } = found.policy;
       return { sandboxId: found.sandboxId, mode, allowOut, denyOut };
     },
-    onResolved: (sandboxId, addresses, ttlSeconds) => networks.allowResolvedAddresses(sandboxId, addresses, ttlSeconds),
+    onResolved: async (sandboxId, addresses, ttlSeconds, name) => {
+      await networks.allowResolvedAddresses(sandboxId, addresses, ttlSeconds);
+      await answerHook?.(sandboxId, name, addresses, ttlSeconds);
+    },
   });
   const endpoint = { address: resolver.address, port: resolver.port };
   try {
@@ -59,6 +71,9 @@ export async function startSandboxDns(
   let closing: Promise<void> | undefined;
   return {
     ...endpoint,
+    setAnswerHook: (hook) => {
+      answerHook = hook;
+    },
     close: () => {
       closing ??= (async () => {
         await resolver.close();

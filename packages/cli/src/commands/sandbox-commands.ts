@@ -4,6 +4,7 @@ import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSd
 import { UsageError } from '../exit-codes.js';
 import { collect, keyValueRecord, parsePositiveInt, parsePositiveNumber } from '../key-value-parse.js';
 import { describeNetwork, type NetworkFlags, networkOptions, networkRequest } from './network-commands.js';
+import { secretOptions, secretRequests } from './secrets-commands.js';
 
 interface CreateOptions extends GlobalOptions, NetworkFlags {
   template?: string;
@@ -74,7 +75,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--from-snapshot <name>', 'start from this snapshot (name or id), processes and memory included')
     .option('--fs-only', 'with --from-snapshot: boot on its files only, without its processes and memory')
     .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it');
-  networkOptions(create)
+  secretOptions(networkOptions(create))
     .option('--json', 'print the sandbox as JSON')
     .action(async (_options: CreateOptions, command: Command) => {
       const { Sandbox } = await loadSdk();
@@ -101,6 +102,8 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
       if (options.autoResume === false) request.autoResume = false;
       const network = networkRequest(options);
       if (network !== undefined) request.network = network;
+      const secrets = secretRequests(command.opts<{ secret?: string[] }>());
+      if (secrets !== undefined) request.secrets = secrets;
       const created = await Sandbox.create({ ...request, ...connectionFor(context, options) });
       if (options.json === true) printJson(context, created.info);
       else context.stdout.write(`${created.id}\n`);

@@ -62,7 +62,7 @@ export const ApiKeyListParser: WireParser<z.output<typeof contract.ApiKeyListSch
   parse: lazyParser(() => {
   const c0 = new RegExp("^key_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   const c1 = new Set(["admin", "member", "viewer"]);
-  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "admin"]);
+  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "admin"]);
   const c3 = isPlainObject;
   const c4 = Object.prototype.propertyIsEnumerable;
   const c5 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
@@ -691,7 +691,7 @@ export const CreatedApiKeyParser: WireParser<z.output<typeof contract.CreatedApi
   parse: lazyParser(() => {
   const c0 = new RegExp("^key_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   const c1 = new Set(["admin", "member", "viewer"]);
-  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "admin"]);
+  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "admin"]);
   const c3 = isPlainObject;
   const c4 = Object.prototype.propertyIsEnumerable;
   const c5 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
@@ -856,7 +856,7 @@ export const CreatedWebhookParser: WireParser<z.output<typeof contract.CreatedWe
 export const ErrorEnvelopeParser: WireParser<z.output<typeof contract.ErrorEnvelopeSchema>> = {
   schemaName: 'ErrorEnvelopeSchema',
   parse: lazyParser(() => {
-  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "preview_access_denied", "preview_link_expired", "preview_link_invalid", "port_not_listening", "internal_error"]);
+  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "preview_access_denied", "preview_link_expired", "preview_link_invalid", "port_not_listening", "secret_not_found", "unknown_secret", "secret_too_large", "internal_error"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["error"];
@@ -2811,6 +2811,115 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
   v110["createdAt"] = v108;
   v110["updatedAt"] = v109;
   return v110;
+  };
+  }),
+};
+
+/** Parses like `SecretListSchema.safeParse`: the value, or INVALID. */
+export const SecretListParser: WireParser<z.output<typeof contract.SecretListSchema>> = {
+  schemaName: 'SecretListSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^[A-Za-z_][A-Za-z0-9_]{0,63}$", "");
+  const c1 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["items"];
+  if (!Array.isArray(v0)) return INVALID;
+  const v1 = new Array(v0.length);
+  for (let v2 = 0; v2 < v0.length; v2++) {
+    const v3 = v0[v2];
+    if (typeof v3 !== "object" || v3 === null || Array.isArray(v3)) return INVALID;
+    const v4 = v3["name"];
+    if (typeof v4 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v4)) return INVALID;
+    const v5 = v3["hosts"];
+    if (!Array.isArray(v5)) return INVALID;
+    const v6 = new Array(v5.length);
+    for (let v7 = 0; v7 < v5.length; v7++) {
+      const v8 = v5[v7];
+      if (typeof v8 !== "string") return INVALID;
+      v6[v7] = v8;
+    }
+    const v9 = v3["header"];
+    let v10 = null;
+    if (v9 !== null) {
+      if (typeof v9 !== "string") return INVALID;
+      v10 = v9;
+    }
+    const v11 = v3["format"];
+    let v12 = null;
+    if (v11 !== null) {
+      if (typeof v11 !== "string") return INVALID;
+      v12 = v11;
+    }
+    const v13 = v3["createdAt"];
+    if (typeof v13 !== "string") return INVALID;
+    c1.lastIndex = 0;
+    if (!c1.test(v13)) return INVALID;
+    const v14 = v3["rotatedAt"];
+    let v15 = null;
+    if (v14 !== null) {
+      if (typeof v14 !== "string") return INVALID;
+      c1.lastIndex = 0;
+      if (!c1.test(v14)) return INVALID;
+      v15 = v14;
+    }
+    const v16 = { "name": v4, "hosts": v6, "header": v10, "format": v12, "createdAt": v13, "rotatedAt": v15 };
+    v1[v2] = v16;
+  }
+  const v17 = { "items": v1 };
+  return v17;
+  };
+  }),
+};
+
+/** Parses like `SecretSchema.safeParse`: the value, or INVALID. */
+export const SecretParser: WireParser<z.output<typeof contract.SecretSchema>> = {
+  schemaName: 'SecretSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^[A-Za-z_][A-Za-z0-9_]{0,63}$", "");
+  const c1 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["name"];
+  if (typeof v0 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v0)) return INVALID;
+  const v1 = input["hosts"];
+  if (!Array.isArray(v1)) return INVALID;
+  const v2 = new Array(v1.length);
+  for (let v3 = 0; v3 < v1.length; v3++) {
+    const v4 = v1[v3];
+    if (typeof v4 !== "string") return INVALID;
+    v2[v3] = v4;
+  }
+  const v5 = input["header"];
+  let v6 = null;
+  if (v5 !== null) {
+    if (typeof v5 !== "string") return INVALID;
+    v6 = v5;
+  }
+  const v7 = input["format"];
+  let v8 = null;
+  if (v7 !== null) {
+    if (typeof v7 !== "string") return INVALID;
+    v8 = v7;
+  }
+  const v9 = input["createdAt"];
+  if (typeof v9 !== "string") return INVALID;
+  c1.lastIndex = 0;
+  if (!c1.test(v9)) return INVALID;
+  const v10 = input["rotatedAt"];
+  let v11 = null;
+  if (v10 !== null) {
+    if (typeof v10 !== "string") return INVALID;
+    c1.lastIndex = 0;
+    if (!c1.test(v10)) return INVALID;
+    v11 = v10;
+  }
+  const v12 = { "name": v0, "hosts": v2, "header": v6, "format": v8, "createdAt": v9, "rotatedAt": v11 };
+  return v12;
   };
   }),
 };

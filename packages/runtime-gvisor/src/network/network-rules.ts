@@ -56,6 +56,11 @@ export interface RouterRulesInput {
   declare: boolean;
   /** The pool's host gateway: the source of the host's connections to guest ports (see `ingressRouterRules`). */
   hostGateway: string;
+  /**
+   * Lines of the egress proxy's redirect (`interceptRules` in egress-intercept-rules.ts): declarations, `pre` rules
+   * after the DNS translation, `egress` rules before the floor. @default none: nothing is redirected
+   */
+  intercept?: { declare: string[]; pre: string[]; egress: string[] } | undefined;
 }
 
 /** IPv4 dotted quad → unsigned 32-bit number. */
@@ -121,6 +126,8 @@ export function routerRules(input: RouterRulesInput): string {
       '}',
     );
   }
+  const intercept = input.intercept;
+  if (intercept !== undefined) lines.push(...intercept.declare);
   for (const set of ['never', 'allow', 'deny', 'denied_always']) lines.push(`flush set ${t} ${set}`);
   for (const chain of ['pre', 'post', 'input', 'forward', 'egress']) lines.push(`flush chain ${t} ${chain}`);
   const sets: Record<string, string[]> = {
@@ -139,6 +146,7 @@ export function routerRules(input: RouterRulesInput): string {
     ingress.pre,
     ingress.forward,
     `add rule ${t} pre iifname "${ROUTER_GUEST_LINK}" ip daddr ${GUEST_GATEWAY} udp dport 53 dnat ip to ${dns}`,
+    ...(intercept?.pre ?? []),
     `add rule ${t} post oifname "${ROUTER_UPLINK}" snat ip to ${input.uplinkAddress}`,
     `add rule ${t} input ct state established,related accept`,
     `add rule ${t} input iifname "lo" accept`,
@@ -154,6 +162,7 @@ export function routerRules(input: RouterRulesInput): string {
     return `${lines.join('\n')}\n`;
   }
   egress(`ct status dnat ip daddr ${resolver.address} udp dport ${resolver.port} counter name egress accept`);
+  lines.push(...(intercept?.egress ?? []));
   egress('ip daddr @never drop');
   egress('udp dport 53 drop');
   egress('tcp dport 53 drop');

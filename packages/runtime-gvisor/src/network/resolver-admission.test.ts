@@ -14,14 +14,19 @@ describe('resolver admission on the host (pure readers)', () => {
         {
           set: {
             name: 'resolvers',
-            elem: [{ concat: ['10.231.0.1', 'udp', 5353] }, { concat: ['10.231.0.1', 'udp', 40000] }],
+            elem: [
+              { concat: ['10.231.0.1', 'udp', 5353] },
+              { concat: ['10.231.0.1', 'udp', 40000] },
+              { concat: ['10.231.0.1', 'tcp', 40001] },
+            ],
           },
         },
       ],
     });
     expect(resolverElements(json)).toEqual([
-      { address: '10.231.0.1', port: 5353 },
-      { address: '10.231.0.1', port: 40000 },
+      { address: '10.231.0.1', port: 5353, protocol: 'udp' },
+      { address: '10.231.0.1', port: 40000, protocol: 'udp' },
+      { address: '10.231.0.1', port: 40001, protocol: 'tcp' },
     ]);
     expect(resolverElements('{"nftables":[{"set":{"name":"resolvers"}}]}')).toEqual([]);
     expect(resolverElements('not json')).toEqual([]);
@@ -34,6 +39,15 @@ describe('resolver admission on the host (pure readers)', () => {
       '  102: 00000000:9C40 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 0000000000000000 0',
     ].join('\n');
     expect([...udpListeners(text)]).toEqual(['10.231.0.1:5353', '0.0.0.0:40000']);
+  });
+
+  it('reads TCP listeners (state 0A) from /proc/net/tcp and leaves out other states', () => {
+    const text = [
+      '  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode',
+      '   0: 0100E70A:9C41 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 588 1 0 100 0 0 10 0',
+      '   1: 0100007F:E7DA 0100007F:9C29 06 00000000:00000000 03:00001609 00000000     0        0 0 3 0',
+    ].join('\n');
+    expect([...udpListeners(text, '0A')]).toEqual(['10.231.0.1:40001']);
   });
 });
 

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { NetworkPolicy, NetworkUsage } from '@burrow/contract';
 import { RuntimeError } from '@burrow/runtime';
 import { runCommand } from '../run-command.js';
+import { type EgressProxyEndpoint, interceptAddressesScript, interceptRules } from './egress-intercept-rules.js';
 import { ingressHostRules } from './ingress-rules.js';
 import {
   GATEWAY_MAC,
@@ -88,6 +89,7 @@ export class SandboxNetworks {
   private readonly slotDir: string;
   private readonly never: readonly string[];
   private hostReady: Promise<void> | undefined;
+  private egressProxyEndpoint: EgressProxyEndpoint | undefined;
 
   constructor(private readonly options: SandboxNetworksOptions) {
     this.poolCidr = options.poolCidr ?? DEFAULT_POOL_CIDR;
@@ -131,6 +133,53 @@ export class SandboxNetworks {
   }
 
   /**
+   * Send guest HTTP and HTTPS to intercepted addresses ({@link interceptAddresses}) to the egress proxy at
+   * `endpoint` (TCP) from here on: the host admits sandbox links to it, and this instance's existing routers are
+   * re-applied with the redirect.
+   * @returns ids of sandboxes whose router could not be re-applied (they get it at their next start)
+   * @throws RuntimeError when the host rules cannot be set
+   */
+  async useEgressProxy(endpoint: EgressProxyEndpoint): Promise<string[]> {
+    this.egressProxyEndpoint = { ...endpoint };
+    await this.prepareHost();
+    await run('nft', [
+      ...['add', 'element', 'inet', HOST_TABLE, 'resolvers'],
+      `{ ${endpoint.address} . tcp . ${endpoint.port} }`,
+    ]);
+    const failed: string[] = [];
+    for (const sandboxId of await this.sandboxIds()) {
+      const record = await this.readRecord(sandboxId);
+      if (record === null || !(await exists(join(NETNS_DIR, this.netnsName(sandboxId, 'r'))))) continue;
+      await this.apply(sandboxId, record.slot, record.policy, false).catch(() => failed.push(sandboxId));
+    }
+    return failed;
+  }
+
+  /** Stop admitting sandbox links to the egress proxy at `endpoint` (a server closing it). Idempotent. */
+  async forgetEgressProxy(endpoint: EgressProxyEndpoint): Promise<void> {
+    await run(
+      'nft',
+      [...['delete', 'element', 'inet', HOST_TABLE, 'resolvers'], `{ ${endpoint.address} . tcp . ${endpoint.port} }`],
+      { ignore: /No such file|does not exist/ },
+    );
+  }
+
+  /**
+   * Redirect the sandbox's new TCP 80/443 connections to `addresses` to the egress proxy for `ttlSeconds` (the
+   * resolver calls it for names bound to a secret the sandbox holds, before the answer leaves). No-op without a
+   * proxy ({@link useEgressProxy}).
+   * @throws RuntimeError when the sandbox has no network here or nftables refuses
+   */
+  async interceptAddresses(sandboxId: string, addresses: readonly string[], ttlSeconds: number): Promise<void> {
+    const ipv4 = addresses.filter((address) => /^\d{1,3}(\.\d{1,3}){3}$/.test(address));
+    if (ipv4.length === 0 || this.egressProxyEndpoint === undefined) return;
+    const router = this.netnsName(sandboxId, 'r');
+    if (!(await exists(join(NETNS_DIR, router))))
+      throw new RuntimeError(`sandbox ${sandboxId} has no network on this host`);
+    await inNetns(router, ['nft', '-f', '-'], interceptAddressesScript(ipv4, ttlSeconds));
+  }
+
+  /**
    * Stop admitting sandbox links to `endpoint` on the host (a server closing its resolver). Idempotent.
    * @throws RuntimeError when nftables refuses for a reason other than a missing element
    */
@@ -151,10 +200,16 @@ export class SandboxNetworks {
       timeoutMs: 30_000,
     });
     if (listed.exitCode !== 0) return;
-    const listening = udpListeners(await readFile('/proc/net/udp', 'utf8'));
+    const listening = {
+      udp: udpListeners(await readFile('/proc/net/udp', 'utf8')),
+      tcp: udpListeners(await readFile('/proc/net/tcp', 'utf8'), '0A'),
+    };
     for (const endpoint of resolverElements(listed.stdout)) {
-      const bound = listening.has(`${endpoint.address}:${endpoint.port}`) || listening.has(`0.0.0.0:${endpoint.port}`);
-      if (!bound) await this.forgetResolver(endpoint);
+      const open = endpoint.protocol === 'tcp' ? listening.tcp : listening.udp;
+      const bound = open.has(`${endpoint.address}:${endpoint.port}`) || open.has(`0.0.0.0:${endpoint.port}`);
+      if (bound) continue;
+      if (endpoint.protocol === 'tcp') await this.forgetEgressProxy(endpoint);
+      else await this.forgetResolver(endpoint);
     }
   }
 
@@ -286,6 +341,7 @@ export class SandboxNetworks {
       never: this.never,
       declare,
       hostGateway: this.hostGateway(),
+      intercept: this.egressProxyEndpoint === undefined ? undefined : interceptRules(this.egressProxyEndpoint),
     });
     await inNetns(router, ['nft', '-f', '-'], script);
     const mbps = policy.egressMbps ?? this.options.defaultEgressMbps;
@@ -499,7 +555,7 @@ function sysctls(options: { forward: boolean }): string[] {
  * The `address . udp . port` elements of the host's `resolvers` set, from `nft -j list set` output.
  * @returns the endpoints; nothing for output it cannot read
  */
-export function resolverElements(nftJson: string): ResolverEndpoint[] {
+export function resolverElements(nftJson: string): Array<ResolverEndpoint & { protocol: 'udp' | 'tcp' }> {
   let parsed: unknown;
   try {
     parsed = JSON.parse(nftJson);
@@ -507,11 +563,11 @@ export function resolverElements(nftJson: string): ResolverEndpoint[] {
     return [];
   }
   const items = (parsed as { nftables?: Array<{ set?: { elem?: unknown[] } }> }).nftables ?? [];
-  const endpoints: ResolverEndpoint[] = [];
+  const endpoints: Array<ResolverEndpoint & { protocol: 'udp' | 'tcp' }> = [];
   for (const element of items.flatMap((item) => item.set?.elem ?? [])) {
     const concat = (element as { concat?: unknown[] }).concat;
     if (Array.isArray(concat) && typeof concat[0] === 'string' && typeof concat[2] === 'number') {
-      endpoints.push({ address: concat[0], port: concat[2] });
+      endpoints.push({ address: concat[0], port: concat[2], protocol: concat[1] === 'tcp' ? 'tcp' : 'udp' });
     }
   }
   return endpoints;
@@ -519,13 +575,15 @@ export function resolverElements(nftJson: string): ResolverEndpoint[] {
 
 /**
  * The IPv4 UDP sockets bound on this host's network namespace, as `a.b.c.d:port`, from `/proc/net/udp` (local
- * address in hex, host byte order on little-endian machines: `0100E70A:14E9` is 10.231.0.1:5353).
+ * address in hex, host byte order on little-endian machines: `0100E70A:14E9` is 10.231.0.1:5353). With `state`
+ * (hex, as `0A` for a TCP listener), only sockets in it: the same reads `/proc/net/tcp`.
  */
-export function udpListeners(procNetUdp: string): Set<string> {
+export function udpListeners(procNetUdp: string, state?: string): Set<string> {
   const bound = new Set<string>();
   for (const line of procNetUdp.split('\n').slice(1)) {
-    const match = /^\s*\d+:\s+([0-9A-F]{8}):([0-9A-F]{4})\s/i.exec(line);
+    const match = /^\s*\d+:\s+([0-9A-F]{8}):([0-9A-F]{4})\s+[0-9A-F]{8}:[0-9A-F]{4}\s+([0-9A-F]{2})\s/i.exec(line);
     if (match?.[1] === undefined || match[2] === undefined) continue;
+    if (state !== undefined && match[3]?.toUpperCase() !== state) continue;
     const hex = match[1];
     const octets = [6, 4, 2, 0].map((i) => Number.parseInt(hex.slice(i, i + 2), 16));
     bound.add(`${octets.join('.')}:${Number.parseInt(match[2], 16)}`);

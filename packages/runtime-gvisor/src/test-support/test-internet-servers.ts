@@ -4,6 +4,7 @@
  * (`{"event":"ready"|"dns"|"http"|"pong",...}`), answers `{"type":"ping","id":n}` lines on stdin with a `pong` after every
  * earlier event, and exits when stdin closes (its parent is gone).
  */
+import { createHash } from 'node:crypto';
 import { createReadStream, readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -41,6 +42,24 @@ async function main(): Promise<void> {
     const path = new URL(request.url ?? '/', 'http://x').pathname;
     const from = request.socket.remoteAddress;
     emit({ event: 'http', scheme, method: request.method, path, from, host: request.headers.host });
+    if (path === '/echo' || path === '/digest') {
+      // The request as it arrived: what a proxy on the way changed shows here. `/digest` answers SHA-256 of the
+      // target and of each header value instead, so a client can check a value without receiving it.
+      const digest = (text: string) => createHash('sha256').update(text).digest('hex');
+      const body =
+        path === '/echo'
+          ? { scheme, url: request.url, headers: request.headers }
+          : {
+              scheme,
+              url: digest(request.url ?? ''),
+              headers: Object.fromEntries(
+                Object.entries(request.headers).map(([name, value]) => [name, digest(String(value))]),
+              ),
+            };
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end(`${JSON.stringify(body)}\n`);
+      return;
+    }
     route(config, path, request.socket.localAddress ?? '', response);
   };
   const server = http.createServer(handler('http'));

@@ -40,6 +40,7 @@ import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './prin
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { assertRouteHasAccess, registerScopeGuard } from './scope-guard.js';
+import { registerSecretRoutes } from './secret-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
 import { registerUsageRoutes } from './usage-routes.js';
 import type { ZodApp } from './zod-app.js';
@@ -198,6 +199,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerPortRoutes(scope.withTypeProvider<ZodTypeProvider>(), services.ports);
+      registerSecretRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerAuditRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerUsageRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);

@@ -110,6 +110,10 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /v1/audit': read('audit'),
   'GET /v1/audit/verify': read('admin'),
   'GET /v1/usage': read('usage'),
+  'GET /v1/secrets': read('secrets'),
+  'PUT /v1/secrets/:name': write('secrets'),
+  'POST /v1/secrets/:name/rotate': write('secrets'),
+  'DELETE /v1/secrets/:name': write('secrets'),
 
   'GET /v1/quota': read('sandboxes:read'),
   'GET /v1/tenants/:tenant/quota': read('sandboxes:read'),

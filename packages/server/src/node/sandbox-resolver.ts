@@ -36,9 +36,9 @@ export interface SandboxResolverOptions {
    * Called with the IPv4 addresses of every A answer before the answer is sent, so the firewall lets the sandbox
    * connect to them when its client does. `ttlSeconds` is the answer's lowest TTL, at least
    * `minAllowTtlSeconds`. A throw (or rejection) answers SERVFAIL instead: no address the firewall does not hold is
-   * handed out.
+   * handed out. `name` is the question's name, normalized.
    */
-  onResolved(sandboxId: string, addresses: string[], ttlSeconds: number): Promise<void> | void;
+  onResolved(sandboxId: string, addresses: string[], ttlSeconds: number, name: string): Promise<void> | void;
   logger: Logger;
   /** Wait for one upstream answer, per attempt. @default 2000 (2 s) */
   upstreamTimeoutMs?: number;
@@ -169,7 +169,7 @@ export async function startSandboxResolver(options: SandboxResolverOptions): Pro
         const ttls = fitted.map((record) => ('ttl' in record && record.ttl !== undefined ? record.ttl : 0));
         const ttlSeconds = Math.max(Math.min(...ttls), options.minAllowTtlSeconds ?? 30);
         try {
-          await options.onResolved(policy.sandboxId, addresses, ttlSeconds);
+          await options.onResolved(policy.sandboxId, addresses, ttlSeconds, name);
         } catch (error) {
           logger.error({ sandboxId: policy.sandboxId, name, err: error }, 'resolved addresses not allowed');
           return reply(RCODE.SERVFAIL);

@@ -31,6 +31,7 @@ import type { EventService } from './event-service.js';
 import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
 import { SnapshotStoreError } from './s3-errors.js';
+import type { SecretService } from './secret-service.js';
 import type { TemplateService } from './template-service.js';
 
 /** What the persistence verbs need of the sandbox service: read a row the caller may see, and show it. */
@@ -55,6 +56,8 @@ export interface PersistenceDeps {
   metrics?: Metrics | undefined;
   /** Records `snapshot_created` / `snapshot_deleted` in the transaction of the row change they report. */
   events?: EventService | undefined;
+  /** Gives fork children their parent's secret placeholders (absent: no secrets). */
+  secrets?: Pick<SecretService, 'copyBindings'> | undefined;
 }
 
 /** A snapshot row as the API shows it, with its upload state in a remote store (null for a local one). */
@@ -384,6 +387,10 @@ export class PersistenceService {
     const id = parent.id;
     {
       for (const child of children) await this.deps.sandboxes.insert(child);
+      await this.deps.secrets?.copyBindings(
+        id,
+        children.map((child) => child.id),
+      );
       crashPoint('fork:after-child-rows');
       const startedMs = this.deps.clock.nowMs();
       try {

@@ -4,6 +4,7 @@ import type {
   Resources,
   Sandbox,
   SandboxList,
+  SandboxSecretRequest,
   SandboxState,
 } from '@burrow/contract';
 import { DEFAULT_RESOURCES, ErrorCode } from '@burrow/contract';
@@ -39,6 +40,7 @@ import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
 import { type NetworkSettings, networkView, resolveNetworkPolicy } from './network-service.js';
 import { PersistenceService, runtimeFailure } from './persistence-service.js';
+import type { SandboxSecretsPlan, SecretService } from './secret-service.js';
 import type { TemplateService } from './template-service.js';
 import type { WarmPool } from './warm-pool.js';
 
@@ -66,6 +68,8 @@ export interface CreateSandboxInput {
   restoreMemory?: boolean | undefined;
   /** Network policy; absent: {@link NetworkSettings.defaultMode} with no rules. */
   network?: NetworkPolicyRequestParsed | undefined;
+  /** Secrets whose placeholders go into env vars (see {@link SecretService.plan}). */
+  secrets?: SandboxSecretRequest[] | undefined;
 }
 
 /** List query after contract parsing. */
@@ -104,6 +108,10 @@ export interface SandboxServiceDeps {
   pool?: WarmPool | undefined;
   /** The operator's network defaults. @default `{ defaultMode: 'none' }` */
   network?: NetworkSettings | undefined;
+  /** Secrets at egress (absent: a create with `secrets` is refused as `unsupported`). */
+  secrets?: SecretService | undefined;
+  /** Puts the egress CA into a new sandbox's trust stores (absent: nothing is installed). */
+  installSecretTrust?: ((sandboxId: string) => Promise<void>) | undefined;
 }
 
 /** The API view of a sandbox row. */
@@ -198,6 +206,7 @@ export class SandboxService {
         { hint: `pass maxAgeMs at most ${violation.limitMs}, or leave it out to get the limit`, details: violation },
       );
     }
+    const secretPlan = await this.planSecrets(caller, input);
     const resources: Resources =
       snapshot === null
         ? {
@@ -211,7 +220,7 @@ export class SandboxService {
             memoryMiB: restoreMemory ? snapshot.settings.memoryMiB : (input.memoryMiB ?? snapshot.settings.memoryMiB),
             diskMiB: snapshot.settings.diskMiB,
           };
-    if (snapshot === null && this.deps.pool !== undefined) {
+    if (snapshot === null && this.deps.pool !== undefined && secretPlan === null) {
       // Fast path: a pool sandbox of the same template and resources, handed over by one conditional update.
       const claimed = await this.deps.pool.claim({
         tenantId: caller.tenantId,
@@ -238,7 +247,10 @@ export class SandboxService {
         templateId: template.id,
         state: 'creating',
         conditions: [],
-        env: snapshot === null ? input.env : { ...snapshot.settings.env, ...input.env },
+        env: {
+          ...(snapshot === null ? input.env : { ...snapshot.settings.env, ...input.env }),
+          ...secretPlan?.env,
+        },
         labels: input.labels,
         cwd: input.cwd,
         hostname: id.replace('_', '-'),
@@ -268,6 +280,7 @@ export class SandboxService {
       await this.deps.sandboxes.insert(record);
       const startedMs = this.deps.clock.nowMs();
       try {
+        if (secretPlan !== null) await this.deps.secrets?.bind(caller.tenantId, id, secretPlan.bindings);
         const options = {
           sandboxId: id,
           template: ref,
@@ -280,6 +293,7 @@ export class SandboxService {
           const sourceDir = await this.deps.blobs.open(snapshot.id);
           await this.deps.driver.createFromSnapshot({ ...options, sourceDir, memory: restoreMemory });
         }
+        if (secretPlan !== null) await this.deps.installSecretTrust?.(id);
         const running = await this.deps.sandboxes.update(
           caller.tenantId,
           id,
@@ -315,6 +329,17 @@ export class SandboxService {
         );
       }
     });
+  }
+
+  /** The placeholders and env of a create's `secrets`, or null without any. */
+  private async planSecrets(caller: Principal, input: CreateSandboxInput): Promise<SandboxSecretsPlan | null> {
+    if (input.secrets === undefined || input.secrets.length === 0) return null;
+    if (this.deps.secrets === undefined) {
+      throw new ApiError(ErrorCode.unsupported, 'this server does not substitute secrets at egress', {
+        hint: 'secrets need the sandbox network (BURROW_NETWORK on, the gvisor runtime); create without secrets',
+      });
+    }
+    return this.deps.secrets.plan(caller.tenantId, input.secrets);
   }
 
   /** @throws ApiError `invalid_request` when the cursor is not one this server made */

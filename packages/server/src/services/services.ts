@@ -12,6 +12,7 @@ import type { PolicyService } from './policy-service.js';
 import type { PortService } from './port-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
+import type { SecretService } from './secret-service.js';
 import type { TemplateService } from './template-service.js';
 import type { TenantDefaultsService } from './tenant-defaults-service.js';
 import type { UsageService } from './usage-service.js';
@@ -46,6 +47,8 @@ export interface Services {
   usage?: UsageService | undefined;
   /** Preview URLs and listening ports of sandboxes. @default absent in the OpenAPI writer */
   ports?: PortService | undefined;
+  /** Secrets at egress: set, rotate, list, delete. @default absent in the OpenAPI writer */
+  secrets?: SecretService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

@@ -190,6 +190,28 @@ export interface SandboxPublicPortsTable {
   created_at: string;
 }
 
+/** `secrets`: a tenant's secrets for egress; `sealed_value` is AES-256-GCM under the data dir's secret key. */
+export interface SecretsTable {
+  tenant_id: string;
+  name: string;
+  /** JSON array of domains and wildcards. */
+  hosts: string;
+  header: string | null;
+  format: string | null;
+  sealed_value: string;
+  created_at: string;
+  rotated_at: string | null;
+}
+
+/** `sandbox_secrets`: which secrets a sandbox holds placeholders of (copied to fork children). */
+export interface SandboxSecretsTable {
+  sandbox_id: string;
+  tenant_id: string;
+  name: string;
+  env: string;
+  placeholder: string;
+}
+
 /** The one schema type both dialects share. */
 export interface DB {
   api_keys: ApiKeysTable;
@@ -205,6 +227,8 @@ export interface DB {
   audit_log: AuditLogTable;
   audit_state: AuditStateTable;
   sandbox_public_ports: SandboxPublicPortsTable;
+  secrets: SecretsTable;
+  sandbox_secrets: SandboxSecretsTable;
 }
 
 /** `audit_log`: one hash-chained record per changing or refused request (append-only). */

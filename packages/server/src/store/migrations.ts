@@ -298,6 +298,37 @@ MIGRATIONS['2300_public_ports'] = {
   },
 };
 
+/** Issue 23: secrets substituted at egress, and the placeholders each sandbox holds. */
+MIGRATIONS['2300_secrets'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema
+      .createTable('secrets')
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('hosts', 'text', (c) => c.notNull())
+      .addColumn('header', 'text')
+      .addColumn('format', 'text')
+      .addColumn('sealed_value', 'text', (c) => c.notNull())
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addColumn('rotated_at', 'text')
+      .addPrimaryKeyConstraint('secrets_pk', ['tenant_id', 'name'])
+      .execute();
+    await db.schema
+      .createTable('sandbox_secrets')
+      .addColumn('sandbox_id', 'text', (c) => c.notNull().references('sandboxes.id').onDelete('cascade'))
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('env', 'text', (c) => c.notNull())
+      .addColumn('placeholder', 'text', (c) => c.notNull())
+      .addPrimaryKeyConstraint('sandbox_secrets_pk', ['sandbox_id', 'name'])
+      .execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.dropTable('sandbox_secrets').ifExists().execute();
+    await db.schema.dropTable('secrets').ifExists().execute();
+  },
+};
+
 class StaticMigrationProvider implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return MIGRATIONS;
