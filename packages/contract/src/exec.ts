@@ -133,6 +133,17 @@ export type ExecClientFrame = z.infer<typeof ExecClientFrameSchema>;
 export const ExecServerFrameSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('started') }),
   ExitInfoSchema.extend({ type: z.literal('exit') }),
+  /**
+   * Last frame when the sandbox paused, forked or was snapshotted with memory while the command ran: the command
+   * goes on inside the sandbox as command `commandId`, and its output continues at `offset` (bytes of stdout and
+   * stderr sent on this stream). Reattach with `GET /v1/sandboxes/{id}/commands/{commandId}/stream?offset=` once the
+   * sandbox runs again; the SDK and `burrow exec` do it themselves.
+   */
+  z.object({
+    type: z.literal('paused'),
+    commandId: z.string(),
+    offset: z.number().int().min(0),
+  }),
   z.object({
     type: z.literal('error'),
     error: z.object({ code: z.string(), message: z.string(), hint: z.string().optional(), requestId: z.string() }),

@@ -9,6 +9,7 @@ import type { Clock } from '../util/clock.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
 import type { Principal } from './key-service.js';
 import type { SandboxService } from './sandbox-service.js';
+import { LOG_MAX_SEGMENTS, LOG_SEGMENT_BYTES } from './supervisor-script.js';
 import { resolveUser } from './user-lookup.js';
 
 /** An exec request after contract defaults are applied. */
@@ -21,6 +22,11 @@ export interface ExecInput {
   timeoutMs: number;
   /** base64 */
   stdin?: string | undefined;
+  /**
+   * Keep the command running as a supervised command with this id when its connection to the host ends first (a
+   * pause, fork or memory snapshot; see `ExecOptions.detachAs`). @default not kept (it ends with the connection)
+   */
+  detachAs?: string | undefined;
 }
 
 /** A started command and what the caller needs to supervise it. */
@@ -106,6 +112,15 @@ export class ExecService {
           cwd: input.cwd ?? sandbox.cwd,
           ...(user === undefined ? {} : { user: { uid: user.uid, gid: user.gid } }),
           ...(signal === undefined ? {} : { signal }),
+          ...(input.detachAs === undefined
+            ? {}
+            : {
+                detachAs: {
+                  commandId: input.detachAs,
+                  segmentBytes: LOG_SEGMENT_BYTES,
+                  maxSegments: LOG_MAX_SEGMENTS,
+                },
+              }),
         });
         // A running command (buffered or streamed) is activity: the sandbox is never idle until it ends.
         const release = this.deps.activity?.hold(id);
