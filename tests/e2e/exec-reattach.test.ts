@@ -7,6 +7,7 @@
 import { Sandbox } from '@burrow/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './burrow-test-server.js';
+import { runCli } from './cli-runner.js';
 
 const RUN_ID = `reat-${Date.now().toString(36)}`;
 let server: TestServer;
@@ -33,6 +34,24 @@ afterAll(async () => {
     await server?.close();
   }
 });
+
+/** The loop, also writing its counter to /root/progress-<tag> (for callers that do not stream). */
+const PROGRESS_LOOP = (count: number, tag: string) =>
+  `for i in $(seq 1 ${count}); do echo $i; echo $i > /root/progress-${tag}; sleep 0.1; done`;
+
+/** Resolves once /root/progress-<tag> holds a number ≥ `at`. */
+async function progressReached(box: Sandbox, tag: string, at: number): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    const text = await box.files
+      .read(`/root/progress-${tag}`)
+      .then((bytes) => Buffer.from(bytes).toString('utf8'))
+      .catch(() => '0');
+    if (Number(text.trim()) >= at) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`progress ${tag} did not reach ${at}`);
+}
 
 /**
  * Streams `cmd` and calls `at` once the stdout holds the line `trigger` (without waiting for it); returns stdout,
@@ -99,5 +118,34 @@ describe('a streamed command outlives a checkpoint of its sandbox', () => {
     }
     expect(childOut.trimEnd().split('\n').at(-1)).toBe('30');
     await child.delete();
+  }, 120_000);
+
+  it('a buffered run (POST /exec) paused at i≈10 answers once the command ended, with all of its output', async () => {
+    const run = sandbox.commands.run(PROGRESS_LOOP(30, 'run'));
+    await progressReached(sandbox, 'run', 10);
+    await sandbox.pause();
+    await sandbox.resume();
+    const result = await run;
+    expect(result.exitCode).toBe(0);
+    expect(result.stdout.trimEnd().split('\n')).toEqual(lines(30));
+  }, 120_000);
+
+  it('burrow exec across a memory snapshot: the CLI prints 1..30 once and exits 0; the restored copy runs it on', async () => {
+    const cli = runCli(['exec', sandbox.id, '--', 'sh', '-c', PROGRESS_LOOP(30, 'cli')], {
+      env: { BURROW_URL: server.apiUrl, BURROW_API_KEY: server.adminKey },
+      timeoutMs: 110_000,
+    });
+    await progressReached(sandbox, 'cli', 10);
+    const snapshot = await sandbox.snapshots.create({ name: `reattach-${RUN_ID}` });
+    const result = await cli;
+    expect(result.stderr).toBe('');
+    expect(result.stdout.trimEnd().split('\n')).toEqual(lines(30));
+    expect(result.code).toBe(0);
+    const copy = await Sandbox.create({ ...connection(), fromSnapshot: snapshot.name ?? '', labels: { e2e: RUN_ID } });
+    const command = (await copy.commands.list()).find((c) => c.argv.join(' ').includes('progress-cli'));
+    expect(command).toBeDefined();
+    const info = await (await copy.commands.connect(command?.commandId ?? '')).wait({ timeoutMs: 60_000 });
+    expect(info).toMatchObject({ status: 'exited', exitCode: 0 });
+    await copy.delete();
   }, 120_000);
 });

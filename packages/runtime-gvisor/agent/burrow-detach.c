@@ -65,7 +65,11 @@ static unsigned long long unsent_output(struct exec *e, int append) {
       size_t sent = e->tx.off > payload ? e->tx.off - payload : 0;
       if (sent < n) {
         unsent += n - sent;
-        if (append) ring_append(&e->detach->ring, h[0] == 'O' ? 1 : 2, e->tx.data + payload + sent, n - sent);
+        /* Records of at most DETACH_READ_CHUNK, as the log's readers expect. */
+        for (size_t at_byte = sent; append && at_byte < n; at_byte += DETACH_READ_CHUNK) {
+          size_t piece = n - at_byte < DETACH_READ_CHUNK ? n - at_byte : DETACH_READ_CHUNK;
+          ring_append(&e->detach->ring, h[0] == 'O' ? 1 : 2, e->tx.data + payload + at_byte, piece);
+        }
       }
     }
     at = payload + n;

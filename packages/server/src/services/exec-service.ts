@@ -6,7 +6,10 @@ import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
 import type { SandboxRecord } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
 import type { Clock } from '../util/clock.js';
+import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
+import { toArgv } from './command-argv.js';
+import { followDetached } from './detached-exec.js';
 import type { Principal } from './key-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import { LOG_MAX_SEGMENTS, LOG_SEGMENT_BYTES } from './supervisor-script.js';
@@ -36,10 +39,7 @@ export interface StartedExec {
   startedAtMs: number;
 }
 
-/** The argv of a command: a string runs through `/bin/sh -c`. */
-export function toArgv(cmd: string | string[]): string[] {
-  return typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd;
-}
+export { toArgv } from './command-argv.js';
 
 /** Collects up to `capBytes` of a stream and notes whether more came. */
 export class CappedBuffer {
@@ -151,10 +151,12 @@ export class ExecService {
   /**
    * Run a command to completion: stdin written then closed, output kept up to the cap per stream, its process
    * group killed with SIGKILL after `timeoutMs` (reported as `timedOut: true`, signal SIGKILL, never an exit code).
-   * @throws ApiError as {@link start}
+   * A pause, fork or memory snapshot while it runs does not end it: the answer waits until the sandbox runs again
+   * and the command ends, with all its output. The timeout is enforced until such a checkpoint only.
+   * @throws ApiError as {@link start}; `sandbox_not_found` when the sandbox is deleted while the answer waits
    */
   async run(caller: Principal, id: string, input: ExecInput): Promise<ExecResult> {
-    const { process, startedAtMs } = await this.start(caller, id, input);
+    const { process, startedAtMs } = await this.start(caller, id, { ...input, detachAs: newId('cmd') });
     // No child logger per exec: creating one cost more than the rest of this method.
     const logger = this.deps.logger;
     const cap = this.deps.outputCapBytes ?? EXEC_OUTPUT_CAP_BYTES;
@@ -172,7 +174,14 @@ export class ExecService {
         .catch((error: unknown) => logger.warn({ err: error, sandboxId: id }, 'kill after timeout failed'));
     }, input.timeoutMs);
     try {
-      const exit = await process.exited;
+      let exit = await process.exited;
+      if (exit.detached !== undefined) {
+        // The host-side timeout ends here: what is left of the command runs on to its end inside the sandbox.
+        clearTimeout(timer);
+        exit = await followDetached(this.deps, caller.tenantId, id, exit.detached, (chunk) =>
+          (chunk.channel === 2 ? stderr : stdout).push(chunk.data),
+        );
+      }
       const durationMs = this.deps.clock.nowMs() - startedAtMs;
       if (logger.isLevelEnabled('debug')) logger.debug({ sandboxId: id, exit, durationMs, timedOut }, 'exec finished');
       return {
