@@ -148,4 +148,34 @@ describe('a streamed command outlives a checkpoint of its sandbox', () => {
     expect(info).toMatchObject({ status: 'exited', exitCode: 0 });
     await copy.delete();
   }, 120_000);
+
+  it('a PTY session attached across a pause: bash keeps its variables and history, one continuous output', async () => {
+    const term = await sandbox.pty.create({ cols: 100, rows: 30, cmd: ['/bin/bash', '-i'] });
+    const stream = term.output();
+    let output = '';
+    // next() by hand: leaving a for-await loop would close the stream.
+    const until = async (text: string): Promise<void> => {
+      const deadline = Date.now() + 60_000;
+      while (!output.includes(text) && Date.now() < deadline) {
+        const next = await iterator.next();
+        if (next.done === true) return;
+        const event = next.value;
+        if (event.type === 'stdout' || event.type === 'stderr') output += Buffer.from(event.data).toString('utf8');
+      }
+    };
+    const iterator = stream[Symbol.asyncIterator]();
+    stream.writeStdin('KEPT=forty$((1+1)); echo ready-$KEPT\n');
+    await until('ready-forty2');
+    await sandbox.pause();
+    await sandbox.resume();
+    stream.writeStdin('echo after-$KEPT; history | grep -c ready-\n');
+    await until('after-forty2');
+    expect(output).toContain('after-forty2');
+    stream.writeStdin('exit 7\n');
+    let exit: number | null | undefined;
+    for (let next = await iterator.next(); next.done !== true; next = await iterator.next()) {
+      if (next.value.type === 'exit') exit = next.value.exitCode;
+    }
+    expect(exit).toBe(7);
+  }, 120_000);
 });
