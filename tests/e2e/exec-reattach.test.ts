@@ -178,4 +178,67 @@ describe('a streamed command outlives a checkpoint of its sandbox', () => {
     }
     expect(exit).toBe(7);
   }, 120_000);
+
+  it('output written with no client attached is replayed exactly (10 MiB); past the ring the client is told what it dropped', async () => {
+    // Waits for /root/go, then writes n bytes of a 16-byte pattern (the ring keeps 16–20 MiB).
+    const command = (n: number) =>
+      `echo start; while [ ! -e /root/go ]; do sleep 0.05; done; yes 0123456789abcde | head -c ${n}`;
+    const expected = (n: number) => `start\n${'0123456789abcde\n'.repeat(n / 16)}`;
+    const TEN_MIB = 10 * 1024 * 1024;
+    const PAST_RING = 24 * 1024 * 1024;
+    let children: Sandbox[] = [];
+    const stream = sandbox.commands.stream(command(TEN_MIB));
+    const parent: Buffer[] = [];
+    for await (const event of stream) {
+      if (event.type === 'stdout') {
+        parent.push(Buffer.from(event.data));
+        if (children.length === 0 && Buffer.concat(parent).includes('start\n')) {
+          children = await sandbox.fork();
+          await sandbox.files.write('/root/go', '');
+        }
+      }
+    }
+    expect(Buffer.concat(parent).toString('utf8') === expected(TEN_MIB)).toBe(true);
+    // In the fork child nobody was attached while the command wrote its output.
+    const child = children[0];
+    if (child === undefined) throw new Error('no fork child');
+    const detached = (await child.commands.list()).find((c) => c.argv.join(' ').includes(`head -c ${TEN_MIB}`));
+    await child.files.write('/root/go', '');
+    const handle = await child.commands.connect(detached?.commandId ?? '', { offset: detached?.firstOffset });
+    const info = await handle.wait({ timeoutMs: 60_000 });
+    expect(info.exitCode).toBe(0);
+    const replay = handle.output();
+    const replayed: Buffer[] = [];
+    for await (const event of replay) if (event.type === 'stdout') replayed.push(Buffer.from(event.data));
+    expect(replay.droppedBytes).toBe(0);
+    const whole = Buffer.from(expected(TEN_MIB));
+    expect(Buffer.concat(replayed).equals(whole.subarray(detached?.firstOffset ?? 0))).toBe(true);
+    await child.delete();
+
+    // Past the ring: the oldest output is dropped and an attach from 0 says how many bytes.
+    const big = sandbox.commands.stream(command(PAST_RING));
+    let bigCommandId = '';
+    for await (const event of big) {
+      if (event.type === 'stdout') {
+        const listed = (await sandbox.commands.list()).find((c) => c.argv.join(' ').includes(`head -c ${PAST_RING}`));
+        if (listed === undefined) {
+          // Detach it now: a memory snapshot quiesces the stream, which then reattaches.
+          await sandbox.snapshots.create({ memory: true });
+          continue;
+        }
+        bigCommandId = listed.commandId;
+        break;
+      }
+    }
+    big.close();
+    await sandbox.files.write('/root/go', '');
+    const bigHandle = await sandbox.commands.connect(bigCommandId);
+    expect((await bigHandle.wait({ timeoutMs: 60_000 })).exitCode).toBe(0);
+    const fromZero = bigHandle.output({ offset: 0, follow: false });
+    let bytes = 0;
+    for await (const event of fromZero) if (event.type === 'stdout') bytes += event.data.byteLength;
+    const total = Buffer.byteLength(expected(PAST_RING));
+    expect(fromZero.droppedBytes).toBeGreaterThan(0);
+    expect(fromZero.droppedBytes + bytes).toBe(total);
+  }, 180_000);
 });
