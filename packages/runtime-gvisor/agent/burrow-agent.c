@@ -9,7 +9,11 @@
  *
  * Frames in both directions: [type u8][length u32 BE][payload].
  *   control, host -> agent: 'E' exec  id\0cwd\0uid\0gid\0argc\0argv...\0env...\0  (uid "" = keep root)
- *                           'Q' quiesce: kill every running command's group, close all host sockets, reply 'q'
+ *                           'e' detachable exec (protocol 3): commandId\0segBytes\0maxSegs\0 then an 'E' payload; the
+ *                               command outlives its data connection (burrow-detach.c)
+ *                           'B' background start (protocol 2, burrow-background.c), answered 'b' id\0answer
+ *                           'Q' quiesce: detach 'e' commands, kill every other command's group, close all host
+ *                               sockets, reply 'q'
  *   control, agent -> host: 'A' hello (payload: protocol version), 'q' quiesced, 'N' id: could not connect the
  *                           data connection of exec id (nothing ran)
  *   data (one connection per command, opened by the agent), agent -> host:
@@ -44,11 +48,6 @@
 
 #define PROTOCOL "burrow-agent 3"
 #define MAX_EXECS 64
-#define CHUNK (1024 * 1024)
-#define OUTPUT_GRACE_MS 500
-#define STDIN_BUFFER_MAX (1024 * 1024)
-/* How long a finished data connection waits for the host to close its side, in ms. */
-#define LINGER_MS 2000
 /*
  * While a command runs, look for exited children at least this often (ms) even without a SIGCHLD wake-up: once in
  * CI an exec whose background child held its stdout open ended only when that child did (30 s), as if the exit's
@@ -69,20 +68,7 @@ static struct buf ctl_rx;
 static int spare = -1;
 static struct buf spare_rx;
 static long long next_spare_ms;
-/* When an idle supervisor may be started again after one failed to start (ms). */
-static long long next_idle_ms;
 static int sigchld_pipe[2];
-/* This program's path inside the sandbox (argv[0]); a background command's supervisor is this program too. */
-static const char *self_path = "/.burrow-agent/burrow-agent";
-
-/* Background starts waiting for their supervisor's "P pid" answer ('B' frames, burrow-supervise.c). */
-#define MAX_BG_STARTS 256
-static struct bg_start {
-  int fd; /* read end of the supervisor's stdout; -1: slot free */
-  char id[64];
-  char answer[64];
-  size_t len;
-} bg_starts[MAX_BG_STARTS];
 
 static int connect_host(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -98,21 +84,6 @@ static int connect_host(void) {
     return -1;
   }
   return fd;
-}
-
-static void exec_free(struct exec *e) {
-  close_fd(&e->sock);
-  close_fd(&e->in_fd);
-  close_fd(&e->out_fd);
-  close_fd(&e->err_fd);
-  buf_free(&e->rx);
-  buf_free(&e->tx);
-  buf_free(&e->stdin_pending);
-  detach_free(e->detach);
-  if (!e->exited && e->pid > 0) kill(-e->pid, SIGKILL);
-  /* A killed, unreaped child is reaped by the SIGCHLD loop (pid no longer matches any exec). */
-  memset(e, 0, sizeof *e);
-  e->sock = e->in_fd = e->out_fd = e->err_fd = -1;
 }
 
 static void on_sigchld(int sig) {
@@ -260,138 +231,12 @@ static void start_exec(char *payload, uint32_t len, int sock, int detachable) {
   e->tx = hello;
 }
 
-/* Answer a background start on the control connection: 'b' id\0answer ("P pid" or "F stage errno"). */
-static void answer_background(const char *id, const char *answer) {
-  if (ctl < 0) return; /* quiesced meanwhile: the host's start limit ends its wait */
-  struct buf frame = {0};
-  size_t id_len = strlen(id), answer_len = strlen(answer);
-  char payload[160];
-  if (id_len + 1 + answer_len > sizeof payload) return;
-  memcpy(payload, id, id_len + 1);
-  memcpy(payload + id_len + 1, answer, answer_len);
-  put_frame(&frame, 'b', payload, (uint32_t)(id_len + 1 + answer_len));
-  if (write_all(ctl, &frame) < 0) close_fd(&ctl);
-  buf_free(&frame);
-}
-
-/*
- * A supervisor started ahead of its command (at most one, like the spare data connection): `--supervise` with a
- * placeholder it overwrites with the command's id once its spec arrives on stdin, so /proc/PID/cmdline names the
- * command (the server looks for the id there to tell a running supervisor from a lost one).
- */
-static struct {
-  pid_t pid; /* 0: none */
-  int spec_fd, answer_fd;
-} idle = {0, -1, -1};
-static char placeholder[] = SUPERVISE_PLACEHOLDER;
-
-static void spawn_idle_supervisor(void) {
-  int spec[2] = {-1, -1}, answer[2] = {-1, -1};
-  if (pipe2(spec, O_CLOEXEC) < 0 || pipe2(answer, O_CLOEXEC) < 0) {
-    close_fd(&spec[0]);
-    close_fd(&spec[1]);
-    return;
-  }
-  fcntl(spec[1], F_SETPIPE_SZ, 1024 * 1024);
-  char *argv[] = {(char *)self_path, "--supervise", placeholder, NULL};
-  char *envp[] = {NULL};
-  pid_t pid = vfork();
-  if (pid == 0) {
-    setsid();
-    dup2(spec[0], 0);
-    dup2(answer[1], 1);
-    for (int i = 0; i < ignored_count; i++) signal(ignored_signals[i], SIG_DFL);
-    uint64_t none = 0;
-    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
-    execve(self_path, argv, envp);
-    _exit(127);
-  }
-  close(spec[0]);
-  close(answer[1]);
-  if (pid < 0) {
-    close(spec[1]);
-    close(answer[0]);
-    return;
-  }
-  idle.pid = pid;
-  idle.spec_fd = spec[1];
-  idle.answer_fd = answer[0];
-}
-
-/*
- * Start the command of a 'B' frame (id\0dir\0...; burrow-supervise.c) under the idle supervisor (one is started
- * now when there is none): this program with --supervise, in its own session, its spec on stdin; its "P ..." answer
- * on stdout is relayed as 'b' once it arrives. It is not one of the agent's commands: a quiesce leaves it and its
- * command running.
- */
-static void start_background(char *payload, uint32_t len) {
-  char *id = payload, *id_end = memchr(payload, 0, len);
-  if (!id_end || id_end - id >= 64) return;
-  char *dir = id_end + 1, *dir_end = memchr(dir, 0, (size_t)(payload + len - dir));
-  if (!dir_end || strncmp(dir, "/.burrow/commands/", 18) != 0 || strstr(dir, "/..")) {
-    answer_background(id, "F 4 22");
-    return;
-  }
-  struct bg_start *slot = NULL;
-  for (int i = 0; i < MAX_BG_STARTS && !slot; i++)
-    if (bg_starts[i].fd < 0) slot = &bg_starts[i];
-  /* The spare supervisor, started ahead, takes it: the start then costs one process start, the command's. */
-  if (idle.pid <= 0) spawn_idle_supervisor();
-  if (!slot || idle.pid <= 0) {
-    answer_background(id, "F 4 11");
-    return;
-  }
-  int spec_fd = idle.spec_fd, answer_fd = idle.answer_fd;
-  idle.pid = 0;
-  idle.spec_fd = idle.answer_fd = -1;
-  /* The whole frame is the spec; a pipe of 1 MiB takes a usual one at once, a larger one as the supervisor reads. */
-  for (uint32_t off = 0; off < len;) {
-    ssize_t n = write(spec_fd, payload + off, len - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break; /* EPIPE: the supervisor did not start; its answer pipe closes without an answer */
-    off += (uint32_t)n;
-  }
-  close(spec_fd);
-  fcntl(answer_fd, F_SETFL, O_NONBLOCK);
-  slot->fd = answer_fd;
-  memcpy(slot->id, id, (size_t)(id_end - id) + 1);
-  slot->len = 0;
-}
-
-/* Read a supervisor's answer; relay it once complete (a line) or when its stdout closed without one. */
-static void read_background_answer(struct bg_start *slot) {
-  ssize_t n = read(slot->fd, slot->answer + slot->len, sizeof slot->answer - 1 - slot->len);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n > 0) slot->len += (size_t)n;
-  slot->answer[slot->len] = 0;
-  char *newline = strchr(slot->answer, '\n');
-  if (newline) *newline = 0;
-  else if (n > 0 && slot->len < sizeof slot->answer - 1) return;
-  answer_background(slot->id, newline ? slot->answer : "F 4 5");
-  close_fd(&slot->fd);
-}
-
-/* The host connection of a command is gone: a detachable one goes on in its ring, another one's output is dropped. */
-static void drop_connection(struct exec *e) {
-  close_fd(&e->sock);
-  if (e->detach) detach_exec(e);
-  buf_free(&e->tx);
-}
-
 /*
  * Whole quiesce: drop every host socket. Commands of 'e' frames go on in their rings (the host half-closed data
  * connections get up to DETACH_LINGER_MS to take what was sent); every other command ends, as a checkpoint would.
  */
 static void quiesce(void) {
-  /* Background starts under way are answered first (within 2 s in all): their commands run on through the checkpoint. */
-  long long until = now_ms() + 2000;
-  for (int i = 0; i < MAX_BG_STARTS; i++) {
-    while (bg_starts[i].fd >= 0 && now_ms() < until) {
-      struct pollfd p = {bg_starts[i].fd, POLLIN, 0};
-      if (poll(&p, 1, (int)(until - now_ms())) > 0) read_background_answer(&bg_starts[i]);
-    }
-    if (bg_starts[i].fd >= 0) close_fd(&bg_starts[i].fd);
-  }
+  background_quiesce(&ctl);
   int lingering[MAX_EXECS], linger_count = 0;
   for (int i = 0; i < MAX_EXECS; i++) {
     struct exec *e = &execs[i];
@@ -432,12 +277,7 @@ static void reap(void) {
   int status;
   pid_t pid;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-    if (pid == idle.pid) {
-      /* The idle supervisor ended before it got a command: another one is started when needed. */
-      idle.pid = 0;
-      close_fd(&idle.spec_fd);
-      close_fd(&idle.answer_fd);
-    }
+    background_reaped(pid);
     for (int i = 0; i < MAX_EXECS; i++) {
       if (execs[i].used && execs[i].pid == pid && !execs[i].exited) {
         execs[i].exited = 1;
@@ -448,69 +288,13 @@ static void reap(void) {
   }
 }
 
-/* Host frames of one command's data connection. */
-static int handle_data(struct exec *e) {
-  char type;
-  char *payload;
-  uint32_t len;
-  int r;
-  while ((r = next_frame(&e->rx, &type, &payload, &len)) == 1) {
-    if (type == 'I' && e->in_fd >= 0) {
-      buf_reserve(&e->stdin_pending, len);
-      memcpy(e->stdin_pending.data + e->stdin_pending.len, payload, len);
-      e->stdin_pending.len += len;
-    } else if (type == 'C') {
-      e->stdin_close_pending = 1;
-    } else if (type == 'S' && len == 1 && e->pid > 0 && !e->exited) {
-      kill(-e->pid, (unsigned char)payload[0]);
-    }
-  }
-  return r < 0 ? -1 : 0;
-}
-
-static void pump_stdin(struct exec *e) {
-  struct buf *b = &e->stdin_pending;
-  while (e->in_fd >= 0 && b->off < b->len) {
-    ssize_t n = write(e->in_fd, b->data + b->off, b->len - b->off);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) return;
-      close_fd(&e->in_fd); /* EPIPE: the command does not read its input */
-      break;
-    }
-    b->off += (size_t)n;
-  }
-  if (b->off >= b->len) b->off = b->len = 0;
-  if (e->stdin_close_pending && b->len == 0) close_fd(&e->in_fd);
-}
-
-/* Move available output into tx frames; returns -1 when the pipe ended. */
-static int pump_output(struct exec *e, int *fd, char type) {
-  /* Read straight into the frame buffer, behind room for the frame header (no extra copy). */
-  buf_reserve(&e->tx, 5 + CHUNK);
-  char *p = e->tx.data + e->tx.len;
-  ssize_t n = read(*fd, p + 5, CHUNK);
-  if (n > 0) {
-    p[0] = type;
-    put_u32(p + 1, (uint32_t)n);
-    e->tx.len += 5 + (size_t)n;
-    e->out_offset += (unsigned long long)n;
-    return 1;
-  }
-  if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-    close_fd(fd);
-    return -1;
-  }
-  return 0;
-}
-
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   find_ignored_signals();
   if (argc > 3 && strcmp(argv[1], "--spawn-bench") == 0) return spawn_bench(atoi(argv[2]), &argv[3]);
   if (argc == 3 && strcmp(argv[1], "--supervise") == 0) return supervise_main(argv[2]);
   if (argc > 1) socket_path = argv[1];
-  if (argv[0][0] == '/') self_path = argv[0];
-  for (int i = 0; i < MAX_BG_STARTS; i++) bg_starts[i].fd = -1;
+  background_init(argv[0][0] == '/' ? argv[0] : NULL);
   for (int i = 0; i < MAX_EXECS; i++) execs[i].sock = execs[i].in_fd = execs[i].out_fd = execs[i].err_fd = -1;
   if (pipe2(sigchld_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 1;
   struct sigaction sa = {0};
@@ -565,22 +349,14 @@ int main(int argc, char **argv) {
         if (timeout < 0 || t < timeout) timeout = t;
       }
     }
-    if (ctl >= 0 && idle.pid <= 0) {
-      /* Started ahead, like the spare: only while no background start is under way and no command just started. */
-      long long now = now_ms(), busy_until = 0;
-      int starting = 0;
-      for (int i = 0; i < MAX_BG_STARTS; i++) starting |= bg_starts[i].fd >= 0;
+    if (ctl >= 0) {
+      /* A supervisor started ahead, like the spare: not while a command that just started runs. */
+      long long busy_until = 0;
       for (int i = 0; i < MAX_EXECS; i++)
         if (execs[i].used && !execs[i].exited && execs[i].started_at_ms + SPARE_AFTER_MS > busy_until)
           busy_until = execs[i].started_at_ms + SPARE_AFTER_MS;
-      if (!starting && now >= busy_until && now >= next_idle_ms) {
-        spawn_idle_supervisor();
-        if (idle.pid <= 0) next_idle_ms = now + 1000;
-      } else if (!starting) {
-        long long at = busy_until > next_idle_ms ? busy_until : next_idle_ms;
-        int t = (int)(at - now > 0 ? at - now : 1);
-        if (timeout < 0 || t < timeout) timeout = t;
-      }
+      int t = background_keep_idle(busy_until);
+      if (t >= 0 && (timeout < 0 || t < timeout)) timeout = t;
     }
     fds[n] = (struct pollfd){sigchld_pipe[0], POLLIN, 0};
     owner[n] = NULL;
@@ -595,13 +371,12 @@ int main(int argc, char **argv) {
       owner[n] = NULL;
       kind[n++] = 1;
     }
-    for (int i = 0; i < MAX_BG_STARTS; i++) {
-      if (bg_starts[i].fd < 0) continue;
-      fds[n] = (struct pollfd){bg_starts[i].fd, POLLIN, 0};
-      owner[n] = NULL;
-      bg_slot[n] = i;
-      kind[n++] = 8;
+    int waiting = background_poll(fds + n, bg_slot + n);
+    for (int i = n; i < n + waiting; i++) {
+      owner[i] = NULL;
+      kind[i] = 8;
     }
+    n += waiting;
     long long now = now_ms();
     for (int i = 0; i < MAX_EXECS; i++) {
       struct exec *e = &execs[i];
@@ -699,7 +474,7 @@ int main(int argc, char **argv) {
         int r;
         while (ctl >= 0 && (r = next_frame(&ctl_rx, &type, &payload, &len)) == 1) {
           if (type == 'E' || type == 'e') start_exec(payload, len, -1, type == 'e');
-          else if (type == 'B') start_background(payload, len);
+          else if (type == 'B') background_start(payload, len, &ctl);
           else if (type == 'Q') {
             quiesce();
             next_connect_ms = now_ms() + 100;
@@ -745,7 +520,7 @@ int main(int argc, char **argv) {
         }
         buf_free(&spare_rx);
       } else if (kind[i] == 8) {
-        if (bg_starts[bg_slot[i]].fd >= 0) read_background_answer(&bg_starts[bg_slot[i]]);
+        background_ready(bg_slot[i], &ctl);
       } else if (!e->used) {
         continue;
       } else if (kind[i] == 2) {
@@ -774,60 +549,7 @@ int main(int argc, char **argv) {
     }
     reap();
     now = now_ms();
-    for (int i = 0; i < MAX_EXECS; i++) {
-      struct exec *e = &execs[i];
-      if (!e->used) continue;
-      if (e->closing_until_ms) {
-        if (now >= e->closing_until_ms) exec_free(e);
-        continue;
-      }
-      if (e->stdin_close_pending) pump_stdin(e);
-      if (e->detach && e->detach->active) {
-        if (e->exited && (e->out_fd >= 0 || e->err_fd >= 0) && now >= e->exited_at_ms + OUTPUT_GRACE_MS) {
-          /* A background child holds the output open: read what is there, then end it. */
-          if (e->out_fd >= 0 && detached_output(e, &e->out_fd, 1) >= 0) close_fd(&e->out_fd);
-          if (e->err_fd >= 0 && detached_output(e, &e->err_fd, 2) >= 0) close_fd(&e->err_fd);
-        }
-        if (e->exited && e->out_fd < 0 && e->err_fd < 0) {
-          detached_finish(e);
-          exec_free(e);
-        }
-        continue;
-      }
-      if (e->sock < 0 && e->exited) {
-        exec_free(e);
-        continue;
-      }
-      if (e->sock < 0) {
-        /* Host gone: drain output so the command does not block on a full pipe. */
-        if (e->out_fd >= 0) pump_output(e, &e->out_fd, 'O');
-        if (e->err_fd >= 0) pump_output(e, &e->err_fd, 'R');
-        e->tx.len = e->tx.off = 0;
-        continue;
-      }
-      if (e->exited && (e->out_fd >= 0 || e->err_fd >= 0) && now >= e->exited_at_ms + OUTPUT_GRACE_MS &&
-          e->tx.len == e->tx.off) {
-        /* A background child holds the output open: read what is there, then end it. */
-        if (e->out_fd >= 0 && pump_output(e, &e->out_fd, 'O') <= 0) close_fd(&e->out_fd);
-        if (e->err_fd >= 0 && e->tx.len == e->tx.off && pump_output(e, &e->err_fd, 'R') <= 0) close_fd(&e->err_fd);
-      }
-      if (e->exited && e->out_fd < 0 && e->err_fd < 0 && e->tx.len == e->tx.off) {
-        char status[4];
-        put_u32(status, (uint32_t)e->status);
-        put_frame(&e->tx, 'X', status, 4);
-        fcntl(e->sock, F_SETFL, 0);
-        write_all(e->sock, &e->tx);
-        fcntl(e->sock, F_SETFL, O_NONBLOCK);
-        /* Not closed yet: see close_lingering. The host closes once it has the exit status. */
-        shutdown(e->sock, SHUT_WR);
-        close_fd(&e->in_fd);
-        buf_free(&e->tx);
-        buf_free(&e->rx);
-        buf_free(&e->stdin_pending);
-        e->closing_until_ms = now + LINGER_MS;
-        continue;
-      }
-      if (e->tx.len > e->tx.off && flush_buf(e->sock, &e->tx) < 0) drop_connection(e);
-    }
+    for (int i = 0; i < MAX_EXECS; i++)
+      if (execs[i].used) exec_tick(&execs[i], now);
   }
 }

@@ -105,8 +105,46 @@ __attribute__((noinline, noreturn)) void child_exec(const char *cwd, int has_use
  */
 int supervise_main(char *arg);
 
+/* burrow-background.c: background starts ('B' frames) under supervisors started ahead. */
+#define MAX_BG_STARTS 256
+struct pollfd;
+/* `self`: this program's path inside the sandbox (NULL: the default). */
+void background_init(const char *self);
+/* Start the command of a 'B' frame; a refusal is answered on *ctl at once (closed on a write error). */
+void background_start(char *payload, uint32_t len, int *ctl);
+/* Poll entries of the starts waiting for their supervisor's answer, and their slots; returns how many. */
+int background_poll(struct pollfd *fds, int *slots);
+/* A start's answer is readable: relay it on *ctl once complete. */
+void background_ready(int slot, int *ctl);
+/* Start a spare supervisor when none runs, no start is under way and busy_until passed; ms until due, or -1. */
+int background_keep_idle(long long busy_until);
+/* A reaped child: the spare supervisor may have ended. */
+void background_reaped(pid_t pid);
+/* Before a quiesce: answer every start under way (at most 2 s in all), then drop the rest. */
+void background_quiesce(int *ctl);
+
 /* `burrow-agent --spawn-bench N PROGRAM [ARG...]` (burrow-spawn.c). */
 int spawn_bench(int n, char **argv);
+
+/* burrow-exec.c: a command over its data connection. */
+/* Largest read of a command's output (one 'O'/'R' frame), bytes. */
+#define CHUNK (1024 * 1024)
+/* How long after its exit a command's output held open by a background child is still read, ms. */
+#define OUTPUT_GRACE_MS 500
+/* Stdin from the host buffered for a command at most, bytes. */
+#define STDIN_BUFFER_MAX (1024 * 1024)
+/* How long a finished data connection waits for the host to close its side, ms. */
+#define LINGER_MS 2000
+/* Close everything of a command (killing its group if it still runs) and free its slot. */
+void exec_free(struct exec *e);
+/* The host connection of a command is gone: a detachable one goes on in its ring, another one's output is dropped. */
+void drop_connection(struct exec *e);
+/* Host frames of one command's data connection; -1 on a bad frame. */
+int handle_data(struct exec *e);
+void pump_stdin(struct exec *e);
+/* Move available output into tx frames; -1 when the pipe ended. */
+int pump_output(struct exec *e, int *fd, char type);
+void exec_tick(struct exec *e, long long now);
 
 /*
  * burrow-detach.c: a command started by an 'e' frame outlives its data connection (a quiesce before a checkpoint,

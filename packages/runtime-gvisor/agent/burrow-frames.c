@@ -14,8 +14,6 @@
 #include "burrow-agent.h"
 
 #define MAX_FRAME (16 * 1024 * 1024)
-/* How long a finished data connection waits for the host to close its side, in ms. */
-#define LINGER_MS 2000
 
 long long now_ms(void) {
   struct timespec t;

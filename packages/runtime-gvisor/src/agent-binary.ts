@@ -12,7 +12,9 @@ const AGENT_SOURCE_FILES = [
   'burrow-frames.c',
   'burrow-spawn.c',
   'burrow-command-files.c',
+  'burrow-exec.c',
   'burrow-detach.c',
+  'burrow-background.c',
   'burrow-supervise.c',
   'burrow-agent.h',
 ].map((name) => fileURLToPath(new URL(`../agent/${name}`, import.meta.url)));
