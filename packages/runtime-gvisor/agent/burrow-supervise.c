@@ -1,8 +1,8 @@
 /*
  * The background-command supervisor (docs/exec-protocol.md §3): `burrow-agent --supervise DIR`, started by the exec
  * agent for a 'B' frame. It owns one command and keeps, in DIR (the sandbox's own filesystem; made if missing):
- *   spec.json   {argv, pty, createdAtMs}, before the command starts
- *   state.json  {pid, startedAtMs, supervisorPid} once the command runs
+ *   spec.json   {argv, pty, createdAtMs}    written once the command runs, after the start's answer (the server
+ *   state.json  {pid, startedAtMs, supervisorPid}  knows a command it just started until they are there)
  *   log/<20-digit start offset>.seg  the output ring: records [channel u8][length u32 BE][payload], a new segment
  *               every segBytes, at most maxSegs kept
  *   ctl         a FIFO of control records [kind u8][length u32 BE][payload]: 0 stdin, 1 stdin close, 2 resize
@@ -274,11 +274,6 @@ int supervise_main(char *arg) {
     child_err = err[1];
   }
   long long started_wall = wall_ms();
-  /* spec.json: what the server lists (argv, PTY or not, creation time); written before the answer like state.json. */
-  if (mkdir(dir, 0755) < 0 && errno == ENOENT) make_dirs(dir);
-  char *spec_text = spec_json(argv, argc, pty, cols, rows, started_wall);
-  if (spec_text) write_file(dir, "spec.json", spec_text, 0);
-  free(spec_text);
   child_stage = 0;
   pid_t pid = vfork();
   if (pid == 0) child_exec(cwd, has_user, uid, gid, argv, envp, path_env, child_in, child_out, child_err, pty);
@@ -295,11 +290,21 @@ int supervise_main(char *arg) {
   char text[512];
   snprintf(text, sizeof text, "{\"pid\":%d,\"startedAtMs\":%lld,\"supervisorPid\":%d}", pid, started_wall, getpid());
   int status = 0, exited = 0, timed_out = 0;
-  /* The answer goes out before the log and the FIFO are made (output waits in the pipe meanwhile). */
   char answer[128];
   snprintf(answer, sizeof answer, "P %d %d %lld\n", pid, getpid(), started_wall);
+  /*
+   * A command that runs is answered at once, before any of its files exist (each file is a gofer round trip; the
+   * server knows a command it just started without them, and its output waits in the pipe meanwhile). Then
+   * spec.json (what the server lists), state.json, the log and the FIFO.
+   */
+  int started = child_stage == 0;
+  if (started) reply(answer);
+  if (mkdir(dir, 0755) < 0 && errno == ENOENT) make_dirs(dir);
+  char *spec_text = spec_json(argv, argc, pty, cols, rows, started_wall);
+  if (spec_text) write_file(dir, "spec.json", spec_text, started);
+  free(spec_text);
   mkdir(ring.dir, 0700);
-  if (child_stage != 0) {
+  if (!started) {
     /* Like a shell: 127 for a program or directory that is not there, 126 for one that cannot be used. */
     int missing = child_errno == ENOENT || child_errno == ENOTDIR;
     ring_rotate(&ring);
@@ -314,8 +319,7 @@ int supervise_main(char *arg) {
     reply(answer);
     return 0;
   }
-  write_file(dir, "state.json", text, 0);
-  reply(answer);
+  write_file(dir, "state.json", text, 1);
   int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd >= 0) {
     dup2(null_fd, 0);
