@@ -1,7 +1,7 @@
 import { type RuntimeDriver, SandboxFs } from '@burrow/runtime';
 import type { Clock } from '../util/clock.js';
-import { type LogChunk, LogCursor } from './command-log-reader.js';
 import { commandDir, readExit } from './command-files.js';
+import { type LogChunk, LogCursor } from './command-log-reader.js';
 import type { SandboxService } from './sandbox-service.js';
 
 /** How often a follow looks at a detached command's files, and whether its sandbox runs again, in ms. */
