@@ -216,21 +216,14 @@ describe('a streamed command outlives a checkpoint of its sandbox', () => {
     await child.delete();
 
     // Past the ring: the oldest output is dropped and an attach from 0 says how many bytes.
+    await sandbox.commands.run(['rm', '-f', '/root/go'], { check: true });
     const big = sandbox.commands.stream(command(PAST_RING));
-    let bigCommandId = '';
-    for await (const event of big) {
-      if (event.type === 'stdout') {
-        const listed = (await sandbox.commands.list()).find((c) => c.argv.join(' ').includes(`head -c ${PAST_RING}`));
-        if (listed === undefined) {
-          // Detach it now: a memory snapshot quiesces the stream, which then reattaches.
-          await sandbox.snapshots.create({ memory: true });
-          continue;
-        }
-        bigCommandId = listed.commandId;
-        break;
-      }
-    }
+    await big.started();
+    // A memory snapshot detaches it from the stream; closing the stream then leaves it running detached.
+    await sandbox.snapshots.create({ memory: true });
     big.close();
+    const listed = (await sandbox.commands.list()).find((c) => c.argv.join(' ').includes(`head -c ${PAST_RING}`));
+    const bigCommandId = listed?.commandId ?? '';
     await sandbox.files.write('/root/go', '');
     const bigHandle = await sandbox.commands.connect(bigCommandId);
     expect((await bigHandle.wait({ timeoutMs: 60_000 })).exitCode).toBe(0);
