@@ -81,8 +81,9 @@ export type ExecRequest = z.input<typeof ExecRequestSchema>;
  * Why a command ended when neither it nor its `timeoutMs` ended it:
  * - `oom_killed`: the sandbox reached its memory limit while the command ran, and the command ended as a process
  *   killed for memory does (gVisor reports such a process as exit 1; it is reported as `SIGKILL`).
- * - `sandbox_checkpoint`: a pause, fork or memory snapshot of the sandbox ended it (a checkpoint ends every command
- *   started by exec; background commands survive it). Reported as `SIGKILL`, whatever the command saw.
+ * - `sandbox_checkpoint`: a pause, fork or memory snapshot of the sandbox ended it. Only a command started without the
+ *   exec agent (`runsc exec`) ends so; through the agent a command goes on (the `paused` stream frame). Reported as
+ *   `SIGKILL`, whatever the command saw.
  */
 export const ExitReasonSchema = z.enum(['oom_killed', 'sandbox_checkpoint']).meta({ id: 'ExitReason' });
 export type ExitReason = z.infer<typeof ExitReasonSchema>;
@@ -133,6 +134,17 @@ export type ExecClientFrame = z.infer<typeof ExecClientFrameSchema>;
 export const ExecServerFrameSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('started') }),
   ExitInfoSchema.extend({ type: z.literal('exit') }),
+  /**
+   * Last frame when the sandbox paused, forked or was snapshotted with memory while the command ran: the command
+   * goes on inside the sandbox as command `commandId`, and its output continues at `offset` (bytes of stdout and
+   * stderr sent on this stream). Reattach with `GET /v1/sandboxes/{id}/commands/{commandId}/stream?offset=` once the
+   * sandbox runs again; the SDK and `burrow exec` do it themselves.
+   */
+  z.object({
+    type: z.literal('paused'),
+    commandId: z.string(),
+    offset: z.number().int().min(0),
+  }),
   z.object({
     type: z.literal('error'),
     error: z.object({ code: z.string(), message: z.string(), hint: z.string().optional(), requestId: z.string() }),

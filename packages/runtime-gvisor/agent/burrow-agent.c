@@ -9,7 +9,11 @@
  *
  * Frames in both directions: [type u8][length u32 BE][payload].
  *   control, host -> agent: 'E' exec  id\0cwd\0uid\0gid\0argc\0argv...\0env...\0  (uid "" = keep root)
- *                           'Q' quiesce: kill every running command's group, close all host sockets, reply 'q'
+ *                           'e' detachable exec (protocol 3): commandId\0segBytes\0maxSegs\0 then an 'E' payload; the
+ *                               command outlives its data connection (burrow-detach.c)
+ *                           'B' background start (protocol 2, burrow-background.c), answered 'b' id\0answer
+ *                           'Q' quiesce: detach 'e' commands, kill every other command's group, close all host
+ *                               sockets, reply 'q'
  *   control, agent -> host: 'A' hello (payload: protocol version), 'q' quiesced, 'N' id: could not connect the
  *                           data connection of exec id (nothing ran)
  *   data (one connection per command, opened by the agent), agent -> host:
@@ -42,14 +46,8 @@
 
 #include "burrow-agent.h"
 
-#define PROTOCOL "burrow-agent 2"
+#define PROTOCOL "burrow-agent 3"
 #define MAX_EXECS 64
-#define CHUNK (1024 * 1024)
-#define OUTPUT_GRACE_MS 500
-#define STDIN_BUFFER_MAX (1024 * 1024)
-#define MAX_FRAME (16 * 1024 * 1024)
-/* How long a finished data connection waits for the host to close its side, in ms. */
-#define LINGER_MS 2000
 /*
  * While a command runs, look for exited children at least this often (ms) even without a SIGCHLD wake-up: once in
  * CI an exec whose background child held its stdout open ended only when that child did (30 s), as if the exit's
@@ -58,29 +56,10 @@
 #define REAP_BACKSTOP_MS 500
 /* The spare data connection is not opened while a command started less than this long ago still runs (ms). */
 #define SPARE_AFTER_MS 200
+/* How long a quiesce waits for the host to close the data connections of commands that go on detached (ms). */
+#define DETACH_LINGER_MS 1000
 
 static const char *socket_path = "/.burrow-agent/agent.sock";
-
-struct buf {
-  char *data;
-  size_t len, cap, off;
-};
-
-struct exec {
-  int used;
-  pid_t pid;
-  int sock;           /* data connection */
-  int in_fd, out_fd, err_fd;
-  int exited;
-  int status;
-  long long exited_at_ms;
-  long long started_at_ms;
-  int stdin_close_pending;
-  struct buf rx;      /* frames from the host */
-  struct buf tx;      /* frames to the host, not yet written */
-  struct buf stdin_pending;
-  long long closing_until_ms; /* X sent, half-closed: waiting for the host's close until then (0: not closing) */
-};
 
 static struct exec execs[MAX_EXECS];
 static int ctl = -1;
@@ -89,115 +68,7 @@ static struct buf ctl_rx;
 static int spare = -1;
 static struct buf spare_rx;
 static long long next_spare_ms;
-/* When an idle supervisor may be started again after one failed to start (ms). */
-static long long next_idle_ms;
 static int sigchld_pipe[2];
-/* This program's path inside the sandbox (argv[0]); a background command's supervisor is this program too. */
-static const char *self_path = "/.burrow-agent/burrow-agent";
-
-/* Background starts waiting for their supervisor's "P pid" answer ('B' frames, burrow-supervise.c). */
-#define MAX_BG_STARTS 256
-static struct bg_start {
-  int fd; /* read end of the supervisor's stdout; -1: slot free */
-  char id[64];
-  char answer[64];
-  size_t len;
-} bg_starts[MAX_BG_STARTS];
-
-static long long now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static void buf_reserve(struct buf *b, size_t more) {
-  if (b->off > 0 && b->off == b->len) b->off = b->len = 0;
-  if (b->len + more <= b->cap) return;
-  if (b->off > 0) {
-    memmove(b->data, b->data + b->off, b->len - b->off);
-    b->len -= b->off;
-    b->off = 0;
-    if (b->len + more <= b->cap) return;
-  }
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->len + more) cap *= 2;
-  char *data = realloc(b->data, cap);
-  if (!data) _exit(70);
-  b->data = data;
-  b->cap = cap;
-}
-
-static void buf_free(struct buf *b) {
-  free(b->data);
-  memset(b, 0, sizeof *b);
-}
-
-static void put_frame(struct buf *b, char type, const void *payload, uint32_t len) {
-  buf_reserve(b, 5 + len);
-  char *p = b->data + b->len;
-  p[0] = type;
-  p[1] = (char)(len >> 24);
-  p[2] = (char)(len >> 16);
-  p[3] = (char)(len >> 8);
-  p[4] = (char)len;
-  if (len) memcpy(p + 5, payload, len);
-  b->len += 5 + len;
-}
-
-/* Write what the buffer holds; 0 when all written or would block, -1 when the peer is gone. */
-static int flush_buf(int fd, struct buf *b) {
-  while (b->off < b->len) {
-    ssize_t n = send(fd, b->data + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
-    b->off += (size_t)n;
-  }
-  b->off = b->len = 0;
-  return 0;
-}
-
-/* Blocking write of a whole buffer (control connection only). */
-static int write_all(int fd, struct buf *b) {
-  while (b->off < b->len) {
-    ssize_t n = send(fd, b->data + b->off, b->len - b->off, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        struct pollfd p = {fd, POLLOUT, 0};
-        poll(&p, 1, 1000);
-        continue;
-      }
-      return -1;
-    }
-    b->off += (size_t)n;
-  }
-  b->off = b->len = 0;
-  return 0;
-}
-
-/* Read what is available into the buffer; 1 on data, 0 on would-block, -1 on EOF or error. */
-static int read_into(int fd, struct buf *b) {
-  buf_reserve(b, 65536);
-  ssize_t n = recv(fd, b->data + b->len, b->cap - b->len, MSG_DONTWAIT);
-  if (n == 0) return -1;
-  if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
-  b->len += (size_t)n;
-  return 1;
-}
-
-/* Next complete frame in the buffer, or 0. */
-static int next_frame(struct buf *b, char *type, char **payload, uint32_t *len) {
-  size_t avail = b->len - b->off;
-  if (avail < 5) return 0;
-  unsigned char *p = (unsigned char *)b->data + b->off;
-  uint32_t n = ((uint32_t)p[1] << 24) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 8) | p[4];
-  if (n > MAX_FRAME) return -1;
-  if (avail < 5 + (size_t)n) return 0;
-  *type = (char)p[0];
-  *payload = (char *)p + 5;
-  *len = n;
-  b->off += 5 + n;
-  return 1;
-}
 
 static int connect_host(void) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -215,53 +86,6 @@ static int connect_host(void) {
   return fd;
 }
 
-static void close_fd(int *fd) {
-  if (*fd >= 0) close(*fd);
-  *fd = -1;
-}
-
-/*
- * End a data connection after its last frame without losing that frame: half-close, then wait (at most
- * LINGER_MS) for the host to close its side, discarding what it still sends. Closing at once lost the last frame
- * now and then (measured: ~1 in 50 execs answered no exit status under load): gVisor's host socket dropped the
- * unsent tail when the socket was closed while the host's stdin-close frame sat unread in it.
- */
-static int linger_done(int fd) {
-  char sink[4096];
-  for (;;) {
-    ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
-    if (n > 0) continue;
-    if (n == 0) return 1;
-    return errno == EAGAIN || errno == EINTR ? 0 : 1;
-  }
-}
-
-static void close_lingering(int fd) {
-  shutdown(fd, SHUT_WR);
-  long long deadline = now_ms() + LINGER_MS;
-  while (!linger_done(fd)) {
-    long long left = deadline - now_ms();
-    if (left <= 0) break;
-    struct pollfd p = {fd, POLLIN, 0};
-    poll(&p, 1, (int)left);
-  }
-  close(fd);
-}
-
-static void exec_free(struct exec *e) {
-  close_fd(&e->sock);
-  close_fd(&e->in_fd);
-  close_fd(&e->out_fd);
-  close_fd(&e->err_fd);
-  buf_free(&e->rx);
-  buf_free(&e->tx);
-  buf_free(&e->stdin_pending);
-  if (!e->exited && e->pid > 0) kill(-e->pid, SIGKILL);
-  /* A killed, unreaped child is reaped by the SIGCHLD loop (pid no longer matches any exec). */
-  memset(e, 0, sizeof *e);
-  e->sock = e->in_fd = e->out_fd = e->err_fd = -1;
-}
-
 static void on_sigchld(int sig) {
   (void)sig;
   int saved = errno;
@@ -271,104 +95,22 @@ static void on_sigchld(int sig) {
 }
 
 /*
- * Signals the agent ignores (found once at start: inherited from the init's shell, and SIGPIPE): the only
- * dispositions execve keeps, so the only ones a command needs reset. Resetting all 64 in the vfork child cost about
- * 0.4 ms per exec inside gVisor (64 trapped system calls).
+ * Start the command of an 'E' frame, or of an 'e' frame (`detachable`: command id, segment bytes and segment count
+ * first, then an 'E' payload; the command outlives its data connection, burrow-detach.c). `sock` is its data
+ * connection (a spare), or -1 to connect one.
  */
-int ignored_signals[65];
-int ignored_count;
-
-void find_ignored_signals(void) {
-  for (int s = 1; s < 65; s++) {
-    struct sigaction old;
-    if (sigaction(s, NULL, &old) == 0 && old.sa_handler == SIG_IGN) ignored_signals[ignored_count++] = s;
-  }
-}
-
-/* State the vfork child reports back through shared memory. */
-volatile int child_stage;
-volatile int child_errno;
-
-static void put_u32(char *p, uint32_t v) {
-  p[0] = (char)(v >> 24);
-  p[1] = (char)(v >> 16);
-  p[2] = (char)(v >> 8);
-  p[3] = (char)v;
-}
-
-/* The vfork child: only raw system calls, its own stack frame (the agent's memory is shared until execve). */
-__attribute__((noinline, noreturn)) void child_exec(const char *cwd, int has_user, uid_t uid, gid_t gid, char **argv,
-                                                   char **envp, const char *path_env, int in, int out, int err,
-                                                   int pty) {
-  /* Only raw system calls here: the child shares the agent's memory until execve. */
-  setsid();
-  /* A PTY's replica becomes the controlling terminal of the new session (in, out and err are that replica). */
-  if (pty) ioctl(in, TIOCSCTTY, 0);
-  dup2(in, 0);
-  dup2(out, 1);
-  dup2(err, 2);
-  /*
-   * Every signal back to its default and none blocked: the init's shell started the agent as an asynchronous
-   * command, which POSIX shells start with SIGINT and SIGQUIT ignored, and ignored signals survive execve (a PTY's
-   * Ctrl-C then did nothing and the command exited 0). The agent itself ignores SIGPIPE. Handled signals (SIGCHLD)
-   * go back to their default at execve; the child has no children, so its SIGCHLD handler never runs before that.
-   */
-  for (int i = 0; i < ignored_count; i++) signal(ignored_signals[i], SIG_DFL);
-  uint64_t none = 0;
-  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
-  if (chdir(cwd) < 0) {
-    child_stage = 1;
-    child_errno = errno;
-    _exit(127);
-  }
-  if (has_user) {
-    if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
-        syscall(SYS_setresuid, uid, uid, uid) < 0) {
-      child_stage = 2;
-      child_errno = errno;
-      _exit(127);
+static void start_exec(char *payload, uint32_t len, int sock, int detachable) {
+  char *detach_fields[3] = {NULL, NULL, NULL};
+  for (int i = 0; detachable && i < 3; i++) {
+    char *z = memchr(payload, 0, len);
+    if (!z) {
+      if (sock >= 0) close(sock);
+      return;
     }
+    detach_fields[i] = payload;
+    len -= (uint32_t)(z + 1 - payload);
+    payload = z + 1;
   }
-  int last = ENOENT;
-  if (strchr(argv[0], '/')) {
-    execve(argv[0], argv, envp);
-    last = errno;
-  } else {
-    char path[4096];
-    const char *dir = path_env;
-    int saw_eacces = 0;
-    for (;;) {
-      const char *colon = strchr(dir, ':');
-      size_t dlen = colon ? (size_t)(colon - dir) : strlen(dir);
-      size_t alen = strlen(argv[0]);
-      if (dlen + alen + 2 < sizeof path) {
-        if (dlen == 0) {
-          path[0] = '.';
-          dlen = 1;
-        } else {
-          memcpy(path, dir, dlen);
-        }
-        path[dlen] = '/';
-        memcpy(path + dlen + 1, argv[0], alen + 1);
-        execve(path, argv, envp);
-        if (errno == EACCES) saw_eacces = 1;
-        else if (errno != ENOENT && errno != ENOTDIR) {
-          last = errno;
-          break;
-        }
-      }
-      if (!colon) break;
-      dir = colon + 1;
-    }
-    if (last == ENOENT && saw_eacces) last = EACCES;
-  }
-  child_stage = 3;
-  child_errno = last;
-  _exit(127);
-}
-
-/* Start the command of an 'E' frame; `sock` is its data connection (a spare), or -1 to connect one. */
-static void start_exec(char *payload, uint32_t len, int sock) {
   /* Parse id\0cwd\0uid\0gid\0argc\0argv...\0env...\0 */
   char *fields[4096 + 8];
   int count = 0;
@@ -473,6 +215,7 @@ static void start_exec(char *payload, uint32_t len, int sock) {
   memset(e, 0, sizeof *e);
   e->used = 1;
   e->pid = pid;
+  if (detachable) e->detach = detach_plan(detach_fields[0], detach_fields[1], detach_fields[2], argv, argc);
   e->started_at_ms = now_ms();
   e->sock = sock;
   e->in_fd = in[1];
@@ -488,130 +231,38 @@ static void start_exec(char *payload, uint32_t len, int sock) {
   e->tx = hello;
 }
 
-/* Answer a background start on the control connection: 'b' id\0answer ("P pid" or "F stage errno"). */
-static void answer_background(const char *id, const char *answer) {
-  if (ctl < 0) return; /* quiesced meanwhile: the host's start limit ends its wait */
-  struct buf frame = {0};
-  size_t id_len = strlen(id), answer_len = strlen(answer);
-  char payload[160];
-  if (id_len + 1 + answer_len > sizeof payload) return;
-  memcpy(payload, id, id_len + 1);
-  memcpy(payload + id_len + 1, answer, answer_len);
-  put_frame(&frame, 'b', payload, (uint32_t)(id_len + 1 + answer_len));
-  if (write_all(ctl, &frame) < 0) close_fd(&ctl);
-  buf_free(&frame);
-}
-
 /*
- * A supervisor started ahead of its command (at most one, like the spare data connection): `--supervise` with a
- * placeholder it overwrites with the command's id once its spec arrives on stdin, so /proc/PID/cmdline names the
- * command (the server looks for the id there to tell a running supervisor from a lost one).
+ * Whole quiesce: drop every host socket. Commands of 'e' frames go on in their rings (the host half-closed data
+ * connections get up to DETACH_LINGER_MS to take what was sent); every other command ends, as a checkpoint would.
  */
-static struct {
-  pid_t pid; /* 0: none */
-  int spec_fd, answer_fd;
-} idle = {0, -1, -1};
-static char placeholder[] = SUPERVISE_PLACEHOLDER;
-
-static void spawn_idle_supervisor(void) {
-  int spec[2] = {-1, -1}, answer[2] = {-1, -1};
-  if (pipe2(spec, O_CLOEXEC) < 0 || pipe2(answer, O_CLOEXEC) < 0) {
-    close_fd(&spec[0]);
-    close_fd(&spec[1]);
-    return;
-  }
-  fcntl(spec[1], F_SETPIPE_SZ, 1024 * 1024);
-  char *argv[] = {(char *)self_path, "--supervise", placeholder, NULL};
-  char *envp[] = {NULL};
-  pid_t pid = vfork();
-  if (pid == 0) {
-    setsid();
-    dup2(spec[0], 0);
-    dup2(answer[1], 1);
-    for (int i = 0; i < ignored_count; i++) signal(ignored_signals[i], SIG_DFL);
-    uint64_t none = 0;
-    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
-    execve(self_path, argv, envp);
-    _exit(127);
-  }
-  close(spec[0]);
-  close(answer[1]);
-  if (pid < 0) {
-    close(spec[1]);
-    close(answer[0]);
-    return;
-  }
-  idle.pid = pid;
-  idle.spec_fd = spec[1];
-  idle.answer_fd = answer[0];
-}
-
-/*
- * Start the command of a 'B' frame (id\0dir\0...; burrow-supervise.c) under the idle supervisor (one is started
- * now when there is none): this program with --supervise, in its own session, its spec on stdin; its "P ..." answer
- * on stdout is relayed as 'b' once it arrives. It is not one of the agent's commands: a quiesce leaves it and its
- * command running.
- */
-static void start_background(char *payload, uint32_t len) {
-  char *id = payload, *id_end = memchr(payload, 0, len);
-  if (!id_end || id_end - id >= 64) return;
-  char *dir = id_end + 1, *dir_end = memchr(dir, 0, (size_t)(payload + len - dir));
-  if (!dir_end || strncmp(dir, "/.burrow/commands/", 18) != 0 || strstr(dir, "/..")) {
-    answer_background(id, "F 4 22");
-    return;
-  }
-  struct bg_start *slot = NULL;
-  for (int i = 0; i < MAX_BG_STARTS && !slot; i++)
-    if (bg_starts[i].fd < 0) slot = &bg_starts[i];
-  /* The spare supervisor, started ahead, takes it: the start then costs one process start, the command's. */
-  if (idle.pid <= 0) spawn_idle_supervisor();
-  if (!slot || idle.pid <= 0) {
-    answer_background(id, "F 4 11");
-    return;
-  }
-  int spec_fd = idle.spec_fd, answer_fd = idle.answer_fd;
-  idle.pid = 0;
-  idle.spec_fd = idle.answer_fd = -1;
-  /* The whole frame is the spec; a pipe of 1 MiB takes a usual one at once, a larger one as the supervisor reads. */
-  for (uint32_t off = 0; off < len;) {
-    ssize_t n = write(spec_fd, payload + off, len - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break; /* EPIPE: the supervisor did not start; its answer pipe closes without an answer */
-    off += (uint32_t)n;
-  }
-  close(spec_fd);
-  fcntl(answer_fd, F_SETFL, O_NONBLOCK);
-  slot->fd = answer_fd;
-  memcpy(slot->id, id, (size_t)(id_end - id) + 1);
-  slot->len = 0;
-}
-
-/* Read a supervisor's answer; relay it once complete (a line) or when its stdout closed without one. */
-static void read_background_answer(struct bg_start *slot) {
-  ssize_t n = read(slot->fd, slot->answer + slot->len, sizeof slot->answer - 1 - slot->len);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n > 0) slot->len += (size_t)n;
-  slot->answer[slot->len] = 0;
-  char *newline = strchr(slot->answer, '\n');
-  if (newline) *newline = 0;
-  else if (n > 0 && slot->len < sizeof slot->answer - 1) return;
-  answer_background(slot->id, newline ? slot->answer : "F 4 5");
-  close_fd(&slot->fd);
-}
-
-/* Whole quiesce: end every command (as a checkpoint would), drop every host socket. */
 static void quiesce(void) {
-  /* Background starts under way are answered first (within 2 s in all): their commands run on through the checkpoint. */
-  long long until = now_ms() + 2000;
-  for (int i = 0; i < MAX_BG_STARTS; i++) {
-    while (bg_starts[i].fd >= 0 && now_ms() < until) {
-      struct pollfd p = {bg_starts[i].fd, POLLIN, 0};
-      if (poll(&p, 1, (int)(until - now_ms())) > 0) read_background_answer(&bg_starts[i]);
+  background_quiesce(&ctl);
+  int lingering[MAX_EXECS], linger_count = 0;
+  for (int i = 0; i < MAX_EXECS; i++) {
+    struct exec *e = &execs[i];
+    if (!e->used || (e->detach && e->detach->active)) continue;
+    if (e->closing_until_ms || !e->detach) {
+      exec_free(e);
+      continue;
     }
-    if (bg_starts[i].fd >= 0) close_fd(&bg_starts[i].fd);
+    detach_exec(e);
+    shutdown(e->sock, SHUT_WR);
+    lingering[linger_count++] = e->sock;
+    e->sock = -1;
   }
-  for (int i = 0; i < MAX_EXECS; i++)
-    if (execs[i].used) exec_free(&execs[i]);
+  for (long long end = now_ms() + DETACH_LINGER_MS; linger_count > 0 && now_ms() < end;) {
+    struct pollfd p[MAX_EXECS];
+    for (int i = 0; i < linger_count; i++) p[i] = (struct pollfd){lingering[i], POLLIN, 0};
+    poll(p, (nfds_t)linger_count, (int)(end - now_ms()));
+    for (int i = 0; i < linger_count;)
+      if (linger_done(lingering[i])) {
+        close(lingering[i]);
+        lingering[i] = lingering[--linger_count];
+      } else {
+        i++;
+      }
+  }
+  for (int i = 0; i < linger_count; i++) close(lingering[i]);
   close_fd(&spare);
   buf_free(&spare_rx);
   struct buf reply = {0};
@@ -626,12 +277,7 @@ static void reap(void) {
   int status;
   pid_t pid;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-    if (pid == idle.pid) {
-      /* The idle supervisor ended before it got a command: another one is started when needed. */
-      idle.pid = 0;
-      close_fd(&idle.spec_fd);
-      close_fd(&idle.answer_fd);
-    }
+    background_reaped(pid);
     for (int i = 0; i < MAX_EXECS; i++) {
       if (execs[i].used && execs[i].pid == pid && !execs[i].exited) {
         execs[i].exited = 1;
@@ -642,101 +288,13 @@ static void reap(void) {
   }
 }
 
-/* Host frames of one command's data connection. */
-static int handle_data(struct exec *e) {
-  char type;
-  char *payload;
-  uint32_t len;
-  int r;
-  while ((r = next_frame(&e->rx, &type, &payload, &len)) == 1) {
-    if (type == 'I' && e->in_fd >= 0) {
-      buf_reserve(&e->stdin_pending, len);
-      memcpy(e->stdin_pending.data + e->stdin_pending.len, payload, len);
-      e->stdin_pending.len += len;
-    } else if (type == 'C') {
-      e->stdin_close_pending = 1;
-    } else if (type == 'S' && len == 1 && e->pid > 0 && !e->exited) {
-      kill(-e->pid, (unsigned char)payload[0]);
-    }
-  }
-  return r < 0 ? -1 : 0;
-}
-
-static void pump_stdin(struct exec *e) {
-  struct buf *b = &e->stdin_pending;
-  while (e->in_fd >= 0 && b->off < b->len) {
-    ssize_t n = write(e->in_fd, b->data + b->off, b->len - b->off);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) return;
-      close_fd(&e->in_fd); /* EPIPE: the command does not read its input */
-      break;
-    }
-    b->off += (size_t)n;
-  }
-  if (b->off >= b->len) b->off = b->len = 0;
-  if (e->stdin_close_pending && b->len == 0) close_fd(&e->in_fd);
-}
-
-/* Move available output into tx frames; returns -1 when the pipe ended. */
-static int pump_output(struct exec *e, int *fd, char type) {
-  /* Read straight into the frame buffer, behind room for the frame header (no extra copy). */
-  buf_reserve(&e->tx, 5 + CHUNK);
-  char *p = e->tx.data + e->tx.len;
-  ssize_t n = read(*fd, p + 5, CHUNK);
-  if (n > 0) {
-    p[0] = type;
-    put_u32(p + 1, (uint32_t)n);
-    e->tx.len += 5 + (size_t)n;
-    return 1;
-  }
-  if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-    close_fd(fd);
-    return -1;
-  }
-  return 0;
-}
-
-/*
- * `burrow-agent --spawn-bench N PROGRAM [ARG...]`: the floor of an exec inside this sandbox. Starts PROGRAM N times
- * exactly as a command is started (vfork, child_exec with stdio on /dev/null, cwd /, the default PATH) and waits for
- * each; prints one line, the microseconds of each start-to-reap in order, as a JSON array. No host socket is used.
- */
-static int spawn_bench(int n, char **argv) {
-  if (n < 1 || n > 10000 || argv[0] == NULL) return 2;
-  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd < 0) return 2;
-  static char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-  long long *us = calloc((size_t)n, sizeof *us);
-  if (!us) return 2;
-  for (int i = 0; i < n; i++) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    child_stage = 0;
-    pid_t pid = vfork();
-    if (pid == 0) child_exec("/", 0, 0, 0, argv, envp, envp[0] + 5, null_fd, null_fd, null_fd, 0);
-    if (pid < 0) return 2;
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (child_stage != 0) return 3;
-    us[i] = (t1.tv_sec - t0.tv_sec) * 1000000LL + (t1.tv_nsec - t0.tv_nsec) / 1000;
-  }
-  printf("[");
-  for (int i = 0; i < n; i++) printf("%s%lld", i ? "," : "", us[i]);
-  printf("]\n");
-  free(us);
-  return 0;
-}
-
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   find_ignored_signals();
   if (argc > 3 && strcmp(argv[1], "--spawn-bench") == 0) return spawn_bench(atoi(argv[2]), &argv[3]);
   if (argc == 3 && strcmp(argv[1], "--supervise") == 0) return supervise_main(argv[2]);
   if (argc > 1) socket_path = argv[1];
-  if (argv[0][0] == '/') self_path = argv[0];
-  for (int i = 0; i < MAX_BG_STARTS; i++) bg_starts[i].fd = -1;
+  background_init(argv[0][0] == '/' ? argv[0] : NULL);
   for (int i = 0; i < MAX_EXECS; i++) execs[i].sock = execs[i].in_fd = execs[i].out_fd = execs[i].err_fd = -1;
   if (pipe2(sigchld_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 1;
   struct sigaction sa = {0};
@@ -791,22 +349,14 @@ int main(int argc, char **argv) {
         if (timeout < 0 || t < timeout) timeout = t;
       }
     }
-    if (ctl >= 0 && idle.pid <= 0) {
-      /* Started ahead, like the spare: only while no background start is under way and no command just started. */
-      long long now = now_ms(), busy_until = 0;
-      int starting = 0;
-      for (int i = 0; i < MAX_BG_STARTS; i++) starting |= bg_starts[i].fd >= 0;
+    if (ctl >= 0) {
+      /* A supervisor started ahead, like the spare: not while a command that just started runs. */
+      long long busy_until = 0;
       for (int i = 0; i < MAX_EXECS; i++)
         if (execs[i].used && !execs[i].exited && execs[i].started_at_ms + SPARE_AFTER_MS > busy_until)
           busy_until = execs[i].started_at_ms + SPARE_AFTER_MS;
-      if (!starting && now >= busy_until && now >= next_idle_ms) {
-        spawn_idle_supervisor();
-        if (idle.pid <= 0) next_idle_ms = now + 1000;
-      } else if (!starting) {
-        long long at = busy_until > next_idle_ms ? busy_until : next_idle_ms;
-        int t = (int)(at - now > 0 ? at - now : 1);
-        if (timeout < 0 || t < timeout) timeout = t;
-      }
+      int t = background_keep_idle(busy_until);
+      if (t >= 0 && (timeout < 0 || t < timeout)) timeout = t;
     }
     fds[n] = (struct pollfd){sigchld_pipe[0], POLLIN, 0};
     owner[n] = NULL;
@@ -821,13 +371,12 @@ int main(int argc, char **argv) {
       owner[n] = NULL;
       kind[n++] = 1;
     }
-    for (int i = 0; i < MAX_BG_STARTS; i++) {
-      if (bg_starts[i].fd < 0) continue;
-      fds[n] = (struct pollfd){bg_starts[i].fd, POLLIN, 0};
-      owner[n] = NULL;
-      bg_slot[n] = i;
-      kind[n++] = 8;
+    int waiting = background_poll(fds + n, bg_slot + n);
+    for (int i = n; i < n + waiting; i++) {
+      owner[i] = NULL;
+      kind[i] = 8;
     }
+    n += waiting;
     long long now = now_ms();
     for (int i = 0; i < MAX_EXECS; i++) {
       struct exec *e = &execs[i];
@@ -839,6 +388,36 @@ int main(int argc, char **argv) {
         long long left = e->closing_until_ms - now;
         int t = left > 0 ? (int)left : 0;
         if (timeout < 0 || t < timeout) timeout = t;
+        continue;
+      }
+      if (e->detach && e->detach->active) {
+        /* Detached: output into the ring as it comes, input from the ctl FIFO. */
+        if (e->out_fd >= 0) {
+          fds[n] = (struct pollfd){e->out_fd, POLLIN, 0};
+          owner[n] = e;
+          kind[n++] = 2;
+        }
+        if (e->err_fd >= 0) {
+          fds[n] = (struct pollfd){e->err_fd, POLLIN, 0};
+          owner[n] = e;
+          kind[n++] = 3;
+        }
+        if (e->detach->ctl_fd >= 0 && e->stdin_pending.len - e->stdin_pending.off < STDIN_BUFFER_MAX) {
+          fds[n] = (struct pollfd){e->detach->ctl_fd, POLLIN, 0};
+          owner[n] = e;
+          kind[n++] = 9;
+        }
+        if (e->in_fd >= 0 && e->stdin_pending.len > e->stdin_pending.off) {
+          fds[n] = (struct pollfd){e->in_fd, POLLOUT, 0};
+          owner[n] = e;
+          kind[n++] = 5;
+        }
+        if (!e->exited && (timeout < 0 || timeout > REAP_BACKSTOP_MS)) timeout = REAP_BACKSTOP_MS;
+        if (e->exited) {
+          long long left = e->exited_at_ms + OUTPUT_GRACE_MS - now;
+          int t = left > 0 ? (int)left : 0;
+          if (timeout < 0 || t < timeout) timeout = t;
+        }
         continue;
       }
       int tx_pending = e->tx.len > e->tx.off;
@@ -894,8 +473,8 @@ int main(int argc, char **argv) {
         uint32_t len;
         int r;
         while (ctl >= 0 && (r = next_frame(&ctl_rx, &type, &payload, &len)) == 1) {
-          if (type == 'E') start_exec(payload, len, -1);
-          else if (type == 'B') start_background(payload, len);
+          if (type == 'E' || type == 'e') start_exec(payload, len, -1, type == 'e');
+          else if (type == 'B') background_start(payload, len, &ctl);
           else if (type == 'Q') {
             quiesce();
             next_connect_ms = now_ms() + 100;
@@ -922,8 +501,8 @@ int main(int argc, char **argv) {
         int sock = spare;
         spare = -1;
         /* Anything but 'E' (a quiesce sent before the host knew this was a spare) ends it. */
-        if (r == 1 && type == 'E') {
-          start_exec(payload, len, sock);
+        if (r == 1 && (type == 'E' || type == 'e')) {
+          start_exec(payload, len, sock, type == 'e');
           /* Frames the host sent right behind the 'E' (a signal) belong to the command. */
           for (int j = 0; j < MAX_EXECS && spare_rx.len > spare_rx.off; j++) {
             struct exec *started = &execs[j];
@@ -941,26 +520,25 @@ int main(int argc, char **argv) {
         }
         buf_free(&spare_rx);
       } else if (kind[i] == 8) {
-        if (bg_starts[bg_slot[i]].fd >= 0) read_background_answer(&bg_starts[bg_slot[i]]);
+        background_ready(bg_slot[i], &ctl);
       } else if (!e->used) {
         continue;
       } else if (kind[i] == 2) {
-        pump_output(e, &e->out_fd, 'O');
+        if (e->detach && e->detach->active) detached_output(e, &e->out_fd, 1);
+        else pump_output(e, &e->out_fd, 'O');
       } else if (kind[i] == 3) {
-        pump_output(e, &e->err_fd, 'R');
+        if (e->detach && e->detach->active) detached_output(e, &e->err_fd, 2);
+        else pump_output(e, &e->err_fd, 'R');
+      } else if (kind[i] == 9) {
+        detached_control(e);
+        pump_stdin(e);
       } else if (kind[i] == 4) {
         if (fds[i].revents & POLLIN) {
-          if (read_into(e->sock, &e->rx) < 0 || handle_data(e) < 0) {
-            /* The host went away: the command keeps running like a detached process; its output is dropped. */
-            close_fd(&e->sock);
-          }
+          /* The host went away: the command keeps running (in its ring when detachable, else its output dropped). */
+          if (read_into(e->sock, &e->rx) < 0 || handle_data(e) < 0) drop_connection(e);
         }
         if (e->sock >= 0 && (fds[i].revents & (POLLOUT | POLLERR | POLLHUP))) {
-          if (flush_buf(e->sock, &e->tx) < 0) close_fd(&e->sock);
-        }
-        if (e->sock < 0) {
-          buf_free(&e->tx);
-          e->tx.len = e->tx.off = 0;
+          if (flush_buf(e->sock, &e->tx) < 0) drop_connection(e);
         }
         pump_stdin(e);
       } else if (kind[i] == 5) {
@@ -971,48 +549,7 @@ int main(int argc, char **argv) {
     }
     reap();
     now = now_ms();
-    for (int i = 0; i < MAX_EXECS; i++) {
-      struct exec *e = &execs[i];
-      if (!e->used) continue;
-      if (e->closing_until_ms) {
-        if (now >= e->closing_until_ms) exec_free(e);
-        continue;
-      }
-      if (e->stdin_close_pending) pump_stdin(e);
-      if (e->sock < 0 && e->exited) {
-        exec_free(e);
-        continue;
-      }
-      if (e->sock < 0) {
-        /* Host gone: drain output so the command does not block on a full pipe. */
-        if (e->out_fd >= 0) pump_output(e, &e->out_fd, 'O');
-        if (e->err_fd >= 0) pump_output(e, &e->err_fd, 'R');
-        e->tx.len = e->tx.off = 0;
-        continue;
-      }
-      if (e->exited && (e->out_fd >= 0 || e->err_fd >= 0) && now >= e->exited_at_ms + OUTPUT_GRACE_MS &&
-          e->tx.len == e->tx.off) {
-        /* A background child holds the output open: read what is there, then end it. */
-        if (e->out_fd >= 0 && pump_output(e, &e->out_fd, 'O') <= 0) close_fd(&e->out_fd);
-        if (e->err_fd >= 0 && e->tx.len == e->tx.off && pump_output(e, &e->err_fd, 'R') <= 0) close_fd(&e->err_fd);
-      }
-      if (e->exited && e->out_fd < 0 && e->err_fd < 0 && e->tx.len == e->tx.off) {
-        char status[4];
-        put_u32(status, (uint32_t)e->status);
-        put_frame(&e->tx, 'X', status, 4);
-        fcntl(e->sock, F_SETFL, 0);
-        write_all(e->sock, &e->tx);
-        fcntl(e->sock, F_SETFL, O_NONBLOCK);
-        /* Not closed yet: see close_lingering. The host closes once it has the exit status. */
-        shutdown(e->sock, SHUT_WR);
-        close_fd(&e->in_fd);
-        buf_free(&e->tx);
-        buf_free(&e->rx);
-        buf_free(&e->stdin_pending);
-        e->closing_until_ms = now + LINGER_MS;
-        continue;
-      }
-      if (e->tx.len > e->tx.off && flush_buf(e->sock, &e->tx) < 0) close_fd(&e->sock);
-    }
+    for (int i = 0; i < MAX_EXECS; i++)
+      if (execs[i].used) exec_tick(&execs[i], now);
   }
 }

@@ -1,8 +1,8 @@
 /*
  * The background-command supervisor (docs/exec-protocol.md §3): `burrow-agent --supervise DIR`, started by the exec
  * agent for a 'B' frame. It owns one command and keeps, in DIR (the sandbox's own filesystem; made if missing):
- *   spec.json   {argv, pty, createdAtMs}, before the command starts
- *   state.json  {pid, startedAtMs, supervisorPid} once the command runs
+ *   spec.json   {argv, pty, createdAtMs}    written once the command runs, after the start's answer (the server
+ *   state.json  {pid, startedAtMs, supervisorPid}  knows a command it just started until they are there)
  *   log/<20-digit start offset>.seg  the output ring: records [channel u8][length u32 BE][payload], a new segment
  *               every segBytes, at most maxSegs kept
  *   ctl         a FIFO of control records [kind u8][length u32 BE][payload]: 0 stdin, 1 stdin close, 2 resize
@@ -52,12 +52,6 @@ static long long mono_ms(void) {
   return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-static long long wall_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_REALTIME, &t);
-  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 static void on_signal(int sig) {
   (void)sig;
   int saved = errno;
@@ -66,108 +60,8 @@ static void on_signal(int sig) {
   errno = saved;
 }
 
-/*
- * Write a small file. `atomic`: through tmp + rename, for a file the server may read at any moment; the files written
- * before the start's answer are written in place (nobody knows the command yet), saving a gofer round trip each.
- */
-static void write_file(const char *dir, const char *name, const char *text, int atomic) {
-  char path[4200], tmp[4300];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(atomic ? tmp : path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  size_t len = strlen(text), off = 0;
-  while (off < len) {
-    ssize_t n = write(fd, text + off, len - off);
-    if (n <= 0) break;
-    off += (size_t)n;
-  }
-  close(fd);
-  if (atomic) rename(tmp, path);
-}
-
-/* mkdir -p of an absolute path (existing parts are fine). */
-static void make_dirs(const char *path) {
-  char part[4200];
-  snprintf(part, sizeof part, "%s", path);
-  for (char *slash = strchr(part + 1, '/');; slash = strchr(slash + 1, '/')) {
-    if (slash) *slash = 0;
-    mkdir(part, 0755);
-    if (!slash) break;
-    *slash = '/';
-  }
-}
-
-/* Append `text` as a JSON string to out (at most cap bytes in all); returns the new length. */
-static size_t json_string(char *out, size_t len, size_t cap, const char *text) {
-  if (len + 2 < cap) out[len++] = '"';
-  for (const unsigned char *p = (const unsigned char *)text; *p && len + 8 < cap; p++) {
-    if (*p == '"' || *p == '\\') {
-      out[len++] = '\\';
-      out[len++] = (char)*p;
-    } else if (*p < 0x20) {
-      len += (size_t)snprintf(out + len, cap - len, "\\u%04x", *p);
-    } else {
-      out[len++] = (char)*p;
-    }
-  }
-  if (len + 1 < cap) out[len++] = '"';
-  out[len] = 0;
-  return len;
-}
-
-/* The output ring: segments named by the output offset (payload bytes of both channels) they start at. */
-static struct {
-  char dir[4200];
-  long long seg_bytes, size;
-  int max_segs, fd, count;
-  unsigned long long offset, starts[64];
-} ring;
-
-static void ring_rotate(void) {
-  if (ring.fd >= 0) close(ring.fd);
-  char path[4300];
-  snprintf(path, sizeof path, "%s/%020llu.seg", ring.dir, ring.offset);
-  ring.fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  ring.size = 0;
-  if (ring.count == (int)(sizeof ring.starts / sizeof ring.starts[0])) {
-    memmove(ring.starts, ring.starts + 1, sizeof ring.starts - sizeof ring.starts[0]);
-    ring.count--;
-  }
-  ring.starts[ring.count++] = ring.offset;
-  while (ring.count > ring.max_segs) {
-    snprintf(path, sizeof path, "%s/%020llu.seg", ring.dir, ring.starts[0]);
-    unlink(path);
-    memmove(ring.starts, ring.starts + 1, (size_t)(ring.count - 1) * sizeof ring.starts[0]);
-    ring.count--;
-  }
-}
-
-static void ring_append(int channel, const char *data, size_t len) {
-  if (ring.size >= ring.seg_bytes) ring_rotate();
-  unsigned char head[5] = {(unsigned char)channel, (unsigned char)(len >> 24), (unsigned char)(len >> 16),
-                           (unsigned char)(len >> 8), (unsigned char)len};
-  struct iovec iov[2] = {{head, 5}, {(void *)data, len}};
-  size_t total = 5 + len, done = 0;
-  while (done < total && ring.fd >= 0) {
-    ssize_t n = writev(ring.fd, iov, 2);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    done += (size_t)n;
-    /* A short write: move the vectors past what went out. */
-    size_t skip = (size_t)n;
-    for (int i = 0; i < 2; i++) {
-      size_t take = skip < iov[i].iov_len ? skip : iov[i].iov_len;
-      iov[i].iov_base = (char *)iov[i].iov_base + take;
-      iov[i].iov_len -= take;
-      skip -= take;
-    }
-  }
-  ring.size += (long long)total;
-  ring.offset += len;
-}
+/* The command's output ring (log/). */
+static struct ring ring;
 
 /* Fields of /proc/PID/stat after the name: state, ppid, pgrp, session. 0 on success. */
 static int proc_stat(pid_t pid, char *state, pid_t *ppid, pid_t *pgrp, pid_t *session) {
@@ -257,32 +151,6 @@ static void signal_session_groups(int sig) {
   if (!sent) kill(-cmd_pid, sig);
 }
 
-static const char *signal_name(int sig) {
-  static const char *names[] = {NULL,      "SIGHUP",  "SIGINT",    "SIGQUIT", "SIGILL",    "SIGTRAP", "SIGABRT",
-                                "SIGBUS",  "SIGFPE",  "SIGKILL",   "SIGUSR1", "SIGSEGV",   "SIGUSR2", "SIGPIPE",
-                                "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD", "SIGCONT",   "SIGSTOP", "SIGTSTP",
-                                "SIGTTIN", "SIGTTOU", "SIGURG",    "SIGXCPU", "SIGXFSZ",   "SIGVTALRM", "SIGPROF",
-                                "SIGWINCH", "SIGIO",  "SIGPWR",    "SIGSYS"};
-  static char other[16];
-  if (sig > 0 && sig < (int)(sizeof names / sizeof names[0])) return names[sig];
-  snprintf(other, sizeof other, "SIG%d", sig);
-  return other;
-}
-
-static void write_exit(const char *dir, int status, int timed_out) {
-  char text[256];
-  long long ended = wall_ms();
-  if (timed_out)
-    snprintf(text, sizeof text, "{\"exitCode\":null,\"signal\":\"SIGKILL\",\"timedOut\":true,\"endedAtMs\":%lld}", ended);
-  else if (WIFSIGNALED(status))
-    snprintf(text, sizeof text, "{\"exitCode\":null,\"signal\":\"%s\",\"timedOut\":false,\"endedAtMs\":%lld}",
-             signal_name(WTERMSIG(status)), ended);
-  else
-    snprintf(text, sizeof text, "{\"exitCode\":%d,\"signal\":null,\"timedOut\":false,\"endedAtMs\":%lld}",
-             WEXITSTATUS(status), ended);
-  write_file(dir, "exit.json", text, 1);
-}
-
 static char *read_all(int fd, size_t *len) {
   size_t cap = 65536, n = 0;
   char *data = malloc(cap);
@@ -339,10 +207,10 @@ int supervise_main(char *arg) {
   long long timeout_ms = fields[5][0] ? atoll(fields[5]) : -1;
   int pty = fields[6][0] != 0;
   int cols = atoi(fields[6]), rows = atoi(fields[7]);
-  ring.seg_bytes = atoll(fields[8]);
-  ring.max_segs = atoi(fields[9]);
+  long long seg_bytes = atoll(fields[8]);
+  int max_segs = atoi(fields[9]);
   int argc = atoi(fields[10]);
-  if (argc < 1 || 11 + argc > count || ring.seg_bytes < 1 || ring.max_segs < 1 || ring.max_segs > 63) {
+  if (argc < 1 || 11 + argc > count || seg_bytes < 1 || max_segs < 1 || max_segs > 63) {
     reply("F 4 22\n");
     return 2;
   }
@@ -369,8 +237,9 @@ int supervise_main(char *arg) {
   sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
   sigaction(SIGCHLD, &sa, NULL);
 
-  snprintf(ring.dir, sizeof ring.dir, "%s/log", dir);
-  ring.fd = -1;
+  char log_dir[4200];
+  snprintf(log_dir, sizeof log_dir, "%s/log", dir);
+  ring_init(&ring, log_dir, seg_bytes, max_segs, 0);
 
   int in_fd = -1, out_fd = -1, err_fd = -1, child_in, child_out, child_err;
   if (pty) {
@@ -405,26 +274,6 @@ int supervise_main(char *arg) {
     child_err = err[1];
   }
   long long started_wall = wall_ms();
-  /* spec.json: what the server lists (argv, PTY or not, creation time); written before the answer like state.json. */
-  if (mkdir(dir, 0755) < 0 && errno == ENOENT) make_dirs(dir);
-  {
-    size_t cap = 64 + len * 6, at = 0;
-    char *json = malloc(cap);
-    if (json) {
-      at += (size_t)snprintf(json, cap, "{\"argv\":[");
-      for (int i = 0; i < argc; i++) {
-        if (i) json[at++] = ',';
-        at = json_string(json, at, cap - 64, argv[i]);
-      }
-      if (pty)
-        at += (size_t)snprintf(json + at, cap - at, "],\"pty\":{\"cols\":%d,\"rows\":%d},\"createdAtMs\":%lld}", cols, rows,
-                               started_wall);
-      else
-        at += (size_t)snprintf(json + at, cap - at, "],\"pty\":null,\"createdAtMs\":%lld}", started_wall);
-      write_file(dir, "spec.json", json, 0);
-      free(json);
-    }
-  }
   child_stage = 0;
   pid_t pid = vfork();
   if (pid == 0) child_exec(cwd, has_user, uid, gid, argv, envp, path_env, child_in, child_out, child_err, pty);
@@ -441,18 +290,28 @@ int supervise_main(char *arg) {
   char text[512];
   snprintf(text, sizeof text, "{\"pid\":%d,\"startedAtMs\":%lld,\"supervisorPid\":%d}", pid, started_wall, getpid());
   int status = 0, exited = 0, timed_out = 0;
-  /* The answer goes out before the log and the FIFO are made (output waits in the pipe meanwhile). */
   char answer[128];
   snprintf(answer, sizeof answer, "P %d %d %lld\n", pid, getpid(), started_wall);
+  /*
+   * A command that runs is answered at once, before any of its files exist (each file is a gofer round trip; the
+   * server knows a command it just started without them, and its output waits in the pipe meanwhile). Then
+   * spec.json (what the server lists), state.json, the log and the FIFO.
+   */
+  int started = child_stage == 0;
+  if (started) reply(answer);
+  if (mkdir(dir, 0755) < 0 && errno == ENOENT) make_dirs(dir);
+  char *spec_text = spec_json(argv, argc, pty, cols, rows, started_wall);
+  if (spec_text) write_file(dir, "spec.json", spec_text, started);
+  free(spec_text);
   mkdir(ring.dir, 0700);
-  if (child_stage != 0) {
+  if (!started) {
     /* Like a shell: 127 for a program or directory that is not there, 126 for one that cannot be used. */
     int missing = child_errno == ENOENT || child_errno == ENOTDIR;
-    ring_rotate();
+    ring_rotate(&ring);
     char message[4400];
     snprintf(message, sizeof message, "burrow: cannot run %s: %s%s%s\n", argv[0], strerror(child_errno),
              child_stage == 1 ? ": " : "", child_stage == 1 ? cwd : "");
-    ring_append(2, message, strlen(message));
+    ring_append(&ring, 2, message, strlen(message));
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
     }
     write_file(dir, "state.json", text, 0);
@@ -460,14 +319,13 @@ int supervise_main(char *arg) {
     reply(answer);
     return 0;
   }
-  write_file(dir, "state.json", text, 0);
-  reply(answer);
+  write_file(dir, "state.json", text, 1);
   int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd >= 0) {
     dup2(null_fd, 0);
     dup2(null_fd, 1);
   }
-  ring_rotate();
+  ring_rotate(&ring);
   char ctl_path[4300];
   snprintf(ctl_path, sizeof ctl_path, "%s/ctl", dir);
   mkfifo(ctl_path, 0600);
@@ -534,7 +392,7 @@ int supervise_main(char *arg) {
       if (ats[k] < 0 || !fds[ats[k]].revents) continue;
       ssize_t r = read(*outputs[k], chunk, sizeof chunk);
       if (r > 0) {
-        ring_append(k + 1, chunk, (size_t)r);
+        ring_append(&ring, k + 1, chunk, (size_t)r);
       } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
         /* EOF, or EIO on a PTY whose replicas all closed. The PTY's master stays open for input. */
         if (!pty) close(*outputs[k]);

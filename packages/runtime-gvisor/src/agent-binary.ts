@@ -7,9 +7,17 @@ import { runCommand } from './run-command.js';
 /** C source of the in-sandbox exec agent, shipped with the package (never a prebuilt binary). */
 export const AGENT_SOURCE_PATH = fileURLToPath(new URL('../agent/burrow-agent.c', import.meta.url));
 /** Every file of the agent's source: compiled together into one static program, all hashed for its cache key. */
-const AGENT_SOURCE_FILES = ['burrow-agent.c', 'burrow-supervise.c', 'burrow-agent.h'].map((name) =>
-  fileURLToPath(new URL(`../agent/${name}`, import.meta.url)),
-);
+const AGENT_SOURCE_FILES = [
+  'burrow-agent.c',
+  'burrow-frames.c',
+  'burrow-spawn.c',
+  'burrow-command-files.c',
+  'burrow-exec.c',
+  'burrow-detach.c',
+  'burrow-background.c',
+  'burrow-supervise.c',
+  'burrow-agent.h',
+].map((name) => fileURLToPath(new URL(`../agent/${name}`, import.meta.url)));
 
 /** Where the agent appears inside a sandbox (read-only bind mount of `<sandbox dir>/agent`). */
 export const AGENT_GUEST_DIR = '/.burrow-agent';

@@ -1,64 +1,30 @@
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
-import { constants as osConstants } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough, Writable } from 'node:stream';
-import { finished } from 'node:stream/promises';
-import {
-  type ProcessExit,
-  RuntimeError,
-  type SandboxProcess,
-  type SupervisedStart,
-  type SupervisedStartOptions,
-} from '@burrow/runtime';
+import { RuntimeError, type SandboxProcess, type SupervisedStart, type SupervisedStartOptions } from '@burrow/runtime';
 import { MAX_SOCKET_PATH_BYTES } from './agent-binary.js';
+import { encodeFrame, FrameReader } from './agent-frames.js';
+import { type AgentExecOptions, AgentStartError, startedProcess } from './agent-process.js';
+import { startSupervised } from './agent-supervised-start.js';
+
+export type { Frame } from './agent-frames.js';
+export { FrameReader } from './agent-frames.js';
+export { type AgentExecOptions, AgentStartError, decodeWaitStatus } from './agent-process.js';
 
 /**
- * Protocols an agent announces in its hello frame: 2 adds background starts ('B'/'b'); 1 is the agent of a sandbox
- * paused or created before that (its image keeps its binary).
+ * Protocols an agent announces in its hello frame: 3 adds detachable execs ('e'), 2 background starts ('B'/'b'); 1
+ * and 2 are agents of sandboxes paused or created before (an image keeps its binary).
  */
 const AGENT_PROTOCOLS: ReadonlyMap<string, number> = new Map([
   ['burrow-agent 1', 1],
   ['burrow-agent 2', 2],
+  ['burrow-agent 3', 3],
 ]);
-/** Largest frame accepted from a sandbox (the agent sends at most 1 MiB of output per frame, its read size). */
-const MAX_FRAME_BYTES = 1024 * 1024;
 /** How long a start waits for the agent's data connection and first answer, in ms. */
 const START_TIMEOUT_MS = 10_000;
-/**
- * How long a background start waits for the agent's answer, in ms. The agent answers starts in order, each after
- * two process starts inside the sandbox; 100 at once on a loaded host (load 18 on 2 cores) took over 10 s.
- */
-const BACKGROUND_START_TIMEOUT_MS = 120_000;
 /** How long a quiesce waits for the agent to drop its host sockets, in ms. */
 const QUIESCE_TIMEOUT_MS = 5_000;
-/** How long after its exit a command's output that nobody started reading is kept before it is discarded, in ms. */
-const UNREAD_OUTPUT_DRAIN_MS = 5_000;
-/** Keep the agent's frames flowing while the consumer holds less than this much output, in bytes. */
-const OUTPUT_HIGH_WATER_BYTES = 1024 * 1024;
-
-/**
- * The agent could not take a command (it could not open the command's data connection, or all its slots are in
- * use): nothing ran, so the caller may start it another way (the driver falls back to `runsc exec`).
- */
-export class AgentStartError extends RuntimeError {}
-
-/** A frame from or to the agent: `[type u8][length u32 BE][payload]`. */
-export interface Frame {
-  type: string;
-  payload: Buffer;
-}
-
-/** Options of {@link AgentHub.exec}. */
-export interface AgentExecOptions {
-  argv: string[];
-  env: Record<string, string>;
-  cwd: string;
-  user?: { uid: number; gid: number } | undefined;
-  signal?: AbortSignal | undefined;
-}
-
 /** One sandbox's listener and its agent's control connection. */
 interface AgentEndpoint {
   sandboxId: string;
@@ -82,6 +48,11 @@ interface AgentEndpoint {
   spares: Array<{ socket: Socket; reader: FrameReader }>;
   /** Open data connections, spares included (ended on quiesce). */
   sockets: Set<Socket>;
+  /**
+   * Data connections of detachable commands ('e'): a quiesce leaves them to end on their own, so the output the
+   * agent sent before it detached the command is read to the last byte.
+   */
+  detachable: Set<Socket>;
   /** Every open connection, identified or not yet (its first frame may still be on its way). */
   connections: Set<Socket>;
   /** Quiesced or closed: a connection accepted from now on is ended at once. */
@@ -91,125 +62,6 @@ interface AgentEndpoint {
    * by it (the agent SIGKILLs every command's group on quiesce).
    */
   quiesced: boolean;
-}
-
-/**
- * Output frames (`O` stdout, `R` stderr): their payload is a plain byte stream, so one of them may be handed over
- * as several frames of the same type, each a piece of its payload, with the same bytes in the same order.
- */
-const STREAM_FRAME_TYPES: ReadonlySet<string> = new Set(['O', 'R']);
-
-/**
- * Reads frames from a socket; stops (and reports an error) on a frame above {@link MAX_FRAME_BYTES}. A frame that
- * lies inside one socket read is handed over as a slice of it (no copy). An output frame ({@link STREAM_FRAME_TYPES})
- * larger than what one read holds of it (output frames are up to 1 MiB, socket reads 64 KiB) is handed over as it
- * arrives: each read's piece of it becomes a frame of the same type, a slice of that read (no copy, no allocation;
- * copying 64 KiB reads into a fresh 1 MiB buffer per frame would be the largest item of the server's own CPU while
- * streaming, page faults and external-memory GCs included). Any other frame larger than one read is copied
- * piece by piece, as the reads arrive, into a buffer of exactly its size allocated when its header is read. So every
- * read is released as soon as its consumer lets go of it.
- * While `onFrame` is null the reader only queues what it is given (a connection not claimed yet).
- * @internal exported for its unit test only
- */
-export class FrameReader {
-  /** Reads not parsed yet: queued while `onFrame` is null. */
-  private queued: Buffer[] = [];
-  /** A header split between reads (fewer than 5 bytes). */
-  private head: Buffer | null = null;
-  /**
-   * The frame being read: its type, its length, how much of it has arrived, and the buffer it is copied into (null
-   * for an output frame, handed over in pieces).
-   */
-  private partial: { type: string; length: number; filled: number; payload: Buffer | null } | null = null;
-  onFrame: ((frame: Frame) => void) | null = null;
-
-  constructor(private readonly onBad: (reason: string) => void) {}
-
-  /** Inside `parse`: a push from a frame's consumer only queues (the rest of the current read comes first). */
-  private parsing = false;
-
-  push(chunk: Buffer): void {
-    if (chunk.length > 0) this.queued.push(chunk);
-    if (this.parsing) return;
-    this.parsing = true;
-    try {
-      while (this.onFrame !== null && this.queued.length > 0) {
-        const next = this.queued.shift() as Buffer;
-        const rest = this.parse(next);
-        if (rest === null) return;
-        if (rest.length > 0) this.queued.unshift(rest);
-      }
-    } finally {
-      this.parsing = false;
-    }
-  }
-
-  /** Parse frames out of `chunk` while there is a consumer; returns what is left unparsed, or null when stopped. */
-  private parse(chunk: Buffer): Buffer | null {
-    let at = 0;
-    while (at < chunk.length && this.onFrame !== null) {
-      const partial = this.partial;
-      if (partial !== null) {
-        const take = Math.min(partial.length - partial.filled, chunk.length - at);
-        const complete = partial.filled + take === partial.length;
-        if (complete) this.partial = null;
-        if (partial.payload === null) {
-          partial.filled += take;
-          at += take;
-          this.onFrame({ type: partial.type, payload: chunk.subarray(at - take, at) });
-        } else {
-          chunk.copy(partial.payload, partial.filled, at, at + take);
-          partial.filled += take;
-          at += take;
-          if (complete) this.onFrame({ type: partial.type, payload: partial.payload });
-        }
-        continue;
-      }
-      let header: Buffer;
-      if (this.head !== null || chunk.length - at < 5) {
-        const have = this.head ?? Buffer.alloc(0);
-        const take = Math.min(5 - have.length, chunk.length - at);
-        const joined = Buffer.concat([have, chunk.subarray(at, at + take)]);
-        at += take;
-        if (joined.length < 5) {
-          this.head = joined;
-          continue;
-        }
-        this.head = null;
-        header = joined;
-      } else {
-        header = chunk.subarray(at, at + 5);
-        at += 5;
-      }
-      const type = String.fromCharCode(header[0] ?? 0);
-      const length = header.readUInt32BE(1);
-      if (length > MAX_FRAME_BYTES) {
-        this.onBad(`frame of ${length} bytes`);
-        this.queued = [];
-        this.partial = null;
-        this.head = null;
-        return null;
-      }
-      if (chunk.length - at >= length) {
-        const payload = chunk.subarray(at, at + length);
-        at += length;
-        this.onFrame({ type, payload });
-      } else if (STREAM_FRAME_TYPES.has(type)) {
-        // The part of it in this read (if any) is handed over on the next turn of the loop.
-        this.partial = { type, length, filled: 0, payload: null };
-      } else {
-        this.partial = { type, length, filled: 0, payload: Buffer.allocUnsafe(length) };
-      }
-    }
-    return chunk.subarray(at);
-  }
-}
-
-function encodeFrame(type: string, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const header = Buffer.alloc(5);
-  header.write(type, 0, 'latin1');
-  header.writeUInt32BE(payload.length, 1);
-  return Buffer.concat([header, payload]);
 }
 
 /**
@@ -240,6 +92,7 @@ export class AgentHub {
       pending: new Map(),
       spares: [],
       sockets: new Set(),
+      detachable: new Set(),
       connections: new Set(),
       closed: false,
       quiesced: false,
@@ -312,20 +165,25 @@ export class AgentHub {
     // next control connection, and left open it fails the checkpoint (chaos test, a pause 250 ms after a create).
     // A data connection ignores the frame; the agent ends those itself when its control connection says quiesce.
     const controls = [...endpoint.connections].filter((socket) => !endpoint.sockets.has(socket) && !socket.destroyed);
-    await Promise.all(
+    const confirmed = await Promise.all(
       controls.map(
         (socket) =>
-          new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, QUIESCE_TIMEOUT_MS);
+          new Promise<boolean>((resolve) => {
+            const timer = setTimeout(() => resolve(false), QUIESCE_TIMEOUT_MS);
             socket.once('close', () => {
               clearTimeout(timer);
-              resolve();
+              resolve(true);
             });
             socket.write(encodeFrame('Q'));
           }),
       ),
     );
-    for (const socket of endpoint.connections) socket.destroy();
+    // The agent closes its side of every connection before it confirms; a detachable command's connection is read
+    // to its end (it ends as detached, with the count of what it delivered).
+    const agentClosedAll = confirmed.length > 0 && confirmed.every(Boolean);
+    for (const socket of endpoint.connections) {
+      if (!agentClosedAll || !endpoint.detachable.has(socket)) socket.destroy();
+    }
     for (const waiter of endpoint.waiters) waiter(null);
     await rm(endpoint.socketPath, { force: true });
   }
@@ -435,14 +293,20 @@ export class AgentHub {
     if (fields.some((field) => field.includes('\0'))) {
       throw new RuntimeError('argv, env, cwd may not contain NUL bytes', undefined, { code: 'invalid_request' });
     }
-    const payload = Buffer.from(`${fields.join('\0')}\0`);
+    const detach = endpoint.protocol >= 3 ? options.detachAs : undefined;
+    const payload =
+      detach === undefined
+        ? Buffer.from(`${fields.join('\0')}\0`)
+        : Buffer.from(`${detach.commandId}\0${detach.segmentBytes}\0${detach.maxSegments}\0${fields.join('\0')}\0`);
+    const type = detach === undefined ? 'E' : 'e';
+    const wire = { quiesced: () => endpoint.quiesced, detachable: endpoint.detachable, detach };
     const spare = takeSpare(endpoint);
     if (spare !== undefined) {
-      spare.socket.write(encodeFrame('E', payload));
+      spare.socket.write(encodeFrame(type, payload));
       // An agent that never answers on it: the connection is ended, and the start fails.
       const timer = setTimeout(() => spare.socket.destroy(), START_TIMEOUT_MS);
       try {
-        return await startedProcess(spare.socket, spare.reader, options, () => endpoint.quiesced);
+        return await startedProcess(spare.socket, spare.reader, options, wire);
       } finally {
         clearTimeout(timer);
       }
@@ -466,16 +330,15 @@ export class AgentHub {
         },
       });
     });
-    control.write(encodeFrame('E', payload));
+    control.write(encodeFrame(type, payload));
     const { socket, reader } = await connected;
-    return startedProcess(socket, reader, options, () => endpoint.quiesced);
+    return startedProcess(socket, reader, options, wire);
   }
 
   /**
-   * Start a background command under its in-sandbox supervisor (`burrow-agent --supervise`, a 'B' frame on the
-   * control connection; the agent answers 'b' with the pid once the command runs). The supervisor holds no host
-   * descriptor, so quiesces leave it and its command running. Null when the connected agent is too old for it.
-   * @throws RuntimeError when no answer comes within {@link START_TIMEOUT_MS} or the supervisor could not start
+   * Start a background command under its in-sandbox supervisor ({@link startSupervised}). Null when the connected
+   * agent is too old for it.
+   * @throws RuntimeError when no answer comes in time or the supervisor could not start
    */
   async startBackground(
     sandboxId: string,
@@ -484,52 +347,7 @@ export class AgentHub {
   ): Promise<SupervisedStart | null> {
     const endpoint = this.endpoints.get(sandboxId);
     if (!endpoint || endpoint.control !== control || endpoint.protocol < 2) return null;
-    const id = randomBytes(8).toString('hex');
-    const fields = [
-      id,
-      options.dir,
-      options.cwd,
-      options.user === undefined ? '' : String(options.user.uid),
-      options.user === undefined ? '' : String(options.user.gid),
-      options.timeoutMs === undefined ? '' : String(options.timeoutMs),
-      options.pty === undefined ? '' : String(options.pty.cols),
-      options.pty === undefined ? '' : String(options.pty.rows),
-      String(options.segmentBytes),
-      String(options.maxSegments),
-      String(options.argv.length),
-      ...options.argv,
-      ...Object.entries(options.env).map(([key, value]) => `${key}=${value}`),
-    ];
-    if (fields.some((field) => field.includes('\0'))) {
-      throw new RuntimeError('argv, env, cwd may not contain NUL bytes', undefined, { code: 'invalid_request' });
-    }
-    const answer = await new Promise<string>((resolve, reject) => {
-      const fail = (reason: string): void => {
-        endpoint.backgrounds.delete(id);
-        control.off('close', onClose);
-        reject(new RuntimeError(`the exec agent of ${sandboxId} ${reason}; list the commands to see whether it runs`));
-      };
-      const timer = setTimeout(
-        () => fail(`did not answer a background start within ${BACKGROUND_START_TIMEOUT_MS} ms`),
-        BACKGROUND_START_TIMEOUT_MS,
-      );
-      const onClose = (): void => {
-        clearTimeout(timer);
-        fail('closed its connection before it answered a background start');
-      };
-      control.once('close', onClose);
-      endpoint.backgrounds.set(id, (text) => {
-        clearTimeout(timer);
-        control.off('close', onClose);
-        endpoint.backgrounds.delete(id);
-        resolve(text);
-      });
-      control.write(encodeFrame('B', Buffer.from(`${fields.join('\0')}\0`)));
-    });
-    const started = /^P (\d+) (\d+) (\d+)$/.exec(answer);
-    if (started !== null)
-      return { pid: Number(started[1]), supervisorPid: Number(started[2]), startedAtMs: Number(started[3]) };
-    throw new RuntimeError(`the command supervisor did not start (${answer.slice(0, 40)})`);
+    return startSupervised(endpoint, control, options);
   }
 }
 
@@ -539,149 +357,4 @@ function takeSpare(endpoint: AgentEndpoint): { socket: Socket; reader: FrameRead
     if (!spare.socket.destroyed && spare.socket.writable) return spare;
   }
   return undefined;
-}
-
-/**
- * Wire a data connection into a {@link SandboxProcess} once its first frame ('P' or 'F') arrived. `quiesced` tells
- * whether the agent was quiesced for a checkpoint, which then ended the command.
- */
-function startedProcess(
-  socket: Socket,
-  reader: FrameReader,
-  options: AgentExecOptions,
-  quiesced: () => boolean,
-): Promise<SandboxProcess> {
-  const stdout = new PassThrough({ highWaterMark: OUTPUT_HIGH_WATER_BYTES });
-  const stderr = new PassThrough({ highWaterMark: OUTPUT_HIGH_WATER_BYTES });
-  let settle!: (exit: ProcessExit) => void;
-  const exitFrame = new Promise<ProcessExit>((resolve) => {
-    settle = resolve;
-  });
-  let ended = false;
-  const end = (exit: ProcessExit): void => {
-    if (ended) return;
-    ended = true;
-    stdout.end();
-    stderr.end();
-    settle(exit);
-  };
-  const exited = exitFrame.then(async (exit) => {
-    // `exited` waits until both streams were read to their end. A stream nobody reads must not hold it forever,
-    // but its output must not be lost either: the exit frame often arrives in the same chunk as the pid, before
-    // the caller of exec() attached its 'data' listeners, and resume() without listeners discards data (the lost
-    // stdout of the conformance suite). So an unread stream is drained at once only when it holds nothing, and one
-    // still unread UNREAD_OUTPUT_DRAIN_MS after the exit is drained then.
-    const drainIfUnread = (emptyOnly: boolean): void => {
-      for (const stream of [stdout, stderr]) {
-        if (stream.readableFlowing === null && (!emptyOnly || stream.readableLength + stream.writableLength === 0))
-          stream.resume();
-      }
-    };
-    drainIfUnread(true);
-    const timer = setTimeout(() => drainIfUnread(false), UNREAD_OUTPUT_DRAIN_MS);
-    await Promise.all([finished(stdout), finished(stderr)]).catch(() => undefined);
-    clearTimeout(timer);
-    return exit;
-  });
-  const stdin = new Writable({
-    highWaterMark: 256 * 1024,
-    write(chunk: Buffer, _encoding, callback) {
-      if (ended || socket.destroyed) return callback();
-      if (socket.write(encodeFrame('I', chunk))) callback();
-      else socket.once('drain', () => callback());
-    },
-    final(callback) {
-      if (!ended && !socket.destroyed) socket.write(encodeFrame('C'));
-      callback();
-    },
-  });
-  stdin.on('error', () => undefined);
-  const kill = async (signal: NodeJS.Signals): Promise<void> => {
-    if (ended || socket.destroyed) return;
-    const number = osConstants.signals[signal];
-    socket.write(encodeFrame('S', Buffer.from([number])));
-  };
-  const paused = new Set<PassThrough>();
-  const resumeWhenDrained = (stream: PassThrough): void => {
-    if (paused.has(stream)) return;
-    paused.add(stream);
-    socket.pause();
-    stream.once('drain', () => {
-      paused.delete(stream);
-      if (paused.size === 0) socket.resume();
-    });
-  };
-  return new Promise((resolve, reject) => {
-    let started = false;
-    const process: SandboxProcess = { stdin, stdout, stderr, kill, exited };
-    reader.onFrame = (frame) => {
-      if (!started) {
-        started = true;
-        if (frame.type === 'P') {
-          resolve(process);
-          return;
-        }
-        if (frame.type === 'F' && frame.payload.length === 5) {
-          const stage = frame.payload[0];
-          const errno = frame.payload.readUInt32BE(1);
-          socket.destroy();
-          if (stage === 3) {
-            // Like a shell: 127 for a program that is not there, 126 for one that cannot be executed.
-            const missing = errno === osConstants.errno.ENOENT || errno === osConstants.errno.ENOTDIR;
-            stderr.write(`${options.argv[0]}: ${missing ? 'command not found' : 'permission denied'}\n`);
-            end({ exitCode: missing ? 127 : 126, signal: null });
-            resolve(process);
-          } else if (stage === 1) {
-            reject(
-              new RuntimeError(`the working directory ${options.cwd} does not exist in the sandbox`, `errno ${errno}`, {
-                code: 'invalid_request',
-              }),
-            );
-          } else if (stage === 4) {
-            // The agent's own resources (slots, pipes, vfork): nothing ran.
-            reject(new AgentStartError(`the exec agent could not start the command (errno ${errno})`));
-          } else {
-            reject(new RuntimeError(`the exec agent could not start the command (stage ${stage}, errno ${errno})`));
-          }
-          return;
-        }
-        socket.destroy();
-        reject(new RuntimeError(`unexpected first frame from the exec agent: ${frame.type}`));
-        return;
-      }
-      if (frame.type === 'O') {
-        if (!stdout.write(frame.payload)) resumeWhenDrained(stdout);
-      } else if (frame.type === 'R') {
-        if (!stderr.write(frame.payload)) resumeWhenDrained(stderr);
-      } else if (frame.type === 'X' && frame.payload.length === 4) {
-        end(decodeWaitStatus(frame.payload.readUInt32BE(0)));
-        socket.end();
-      } else {
-        socket.destroy();
-      }
-    };
-    // Frames that arrived together with (or since) the hello are buffered in the reader.
-    reader.push(Buffer.alloc(0));
-    socket.on('close', () => {
-      if (!started) reject(new RuntimeError('the exec agent closed the connection before the command started'));
-      // Closed without an exit status: a checkpoint quiesced the agent (it SIGKILLs its commands) or the agent died.
-      end({ exitCode: null, signal: 'SIGKILL', ...(quiesced() ? { reason: 'sandbox_checkpoint' as const } : {}) });
-    });
-    if (options.signal) {
-      const onAbort = (): void => {
-        void kill('SIGKILL');
-      };
-      options.signal.addEventListener('abort', onAbort, { once: true });
-      void exited.finally(() => options.signal?.removeEventListener('abort', onAbort));
-      if (options.signal.aborted) onAbort();
-    }
-  });
-}
-
-/** Linux wait status: exit code in bits 8–15, terminating signal in bits 0–6. */
-export function decodeWaitStatus(status: number): ProcessExit {
-  const termSignal = status & 0x7f;
-  if (termSignal === 0) return { exitCode: (status >> 8) & 0xff, signal: null };
-  const entry = Object.entries(osConstants.signals).find(([, value]) => value === termSignal);
-  return { exitCode: null, signal: entry?.[0] ?? `SIG${termSignal}` };
 }

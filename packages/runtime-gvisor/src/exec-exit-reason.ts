@@ -40,7 +40,7 @@ export class ExecExitReasons {
     }
     const ended = process.exited.finally(() => this.forget(sandboxId, entry));
     const exited = ended.then(async (exit): Promise<ProcessExit> => {
-      if (exit.reason !== undefined) return exit;
+      if (exit.reason !== undefined || exit.detached !== undefined) return exit;
       if (entry.checkpointed) return { exitCode: null, signal: 'SIGKILL', reason: 'sandbox_checkpoint' };
       if (exit.exitCode === 0) return exit;
       const [before, after] = await Promise.all([oomKillsBefore, this.oomKillsBefore(sandboxId)]);

@@ -39,6 +39,13 @@ export interface ExecOptions {
   /** Numeric user and group the process runs as. @default the sandbox's (root, 0:0) */
   user?: { uid: number; gid: number };
   signal?: AbortSignal;
+  /**
+   * Keep the command running when its connection to the host ends before it does (a pause, fork or memory snapshot
+   * quiesces every host connection; a server that went away): it goes on as the supervised command `commandId`
+   * (its files in `/.burrow/commands/<commandId>/`, output in a ring of `maxSegments` segments of `segmentBytes`),
+   * and the process ends with `detached`. Drivers that cannot keep it end it as before. @default not detachable
+   */
+  detachAs?: { commandId: string; segmentBytes: number; maxSegments: number } | undefined;
 }
 
 /** How a process ended: exactly one of `exitCode` and `signal` is non-null. */
@@ -48,6 +55,12 @@ export interface ProcessExit {
   signal: string | null;
   /** Why it ended when the host knows it did not end by itself (a memory-limit kill, a checkpoint). @default none */
   reason?: ExitReason | undefined;
+  /**
+   * Set when the process did not end but was detached ({@link ExecOptions.detachAs}; `exitCode` and `signal` are
+   * null): it runs on as command `commandId`, and `offset` is the count of output bytes (both streams) delivered
+   * here, where its log continues.
+   */
+  detached?: { commandId: string; offset: number } | undefined;
 }
 
 /** A process running inside a sandbox. Its streams are raw bytes. */

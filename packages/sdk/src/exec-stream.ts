@@ -8,6 +8,7 @@ import {
   HttpExecConnection,
   WebSocketExecConnection,
 } from './exec-connection.js';
+import { Reattachment } from './exec-reattach.js';
 import type { HttpClient } from './http-client.js';
 
 export type { ExecTransportKind } from './exec-connection.js';
@@ -41,11 +42,15 @@ export interface ExecStreamOptions {
   transport?: ExecTransportKind | undefined;
 }
 
-type StreamState = 'connecting' | 'started' | 'finished' | 'failed';
+type StreamState = 'connecting' | 'started' | 'reattaching' | 'finished' | 'failed';
 
 /**
  * A running command over the streaming exec (plain HTTP or WebSocket, see {@link ExecStreamOptions.transport}). Iterate it for {@link ExecEvent}s; write stdin, close stdin
  * or send a signal while it runs. Created by `sandbox.commands.stream()`.
+ *
+ * A pause, fork or memory snapshot of the sandbox does not end the command: the stream waits until the sandbox runs
+ * again and goes on from where it was (attached to the command by its id), so the output arrives once, in order,
+ * followed by the real exit. Time while paused counts in the exit's `durationMs`.
  *
  * @example
  * ```ts
@@ -60,6 +65,11 @@ type StreamState = 'connecting' | 'started' | 'finished' | 'failed';
  */
 export class ExecStream implements AsyncIterable<ExecEvent> {
   readonly #connection: ExecConnection;
+  readonly #http: HttpClient;
+  readonly #sandboxId: string;
+  readonly #createdAtMs = Date.now();
+  /** Set once a checkpoint detached the command from this stream (the `paused` frame). */
+  #reattachment: Reattachment | undefined;
   readonly #events: ExecEvent[] = [];
   readonly #pendingInput: Array<{ stdin: Uint8Array } | { control: string }> = [];
   #state: StreamState = 'connecting';
@@ -74,6 +84,8 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
   /** @internal Use `sandbox.commands.stream()`. */
   constructor(http: HttpClient, sandboxId: string, request: ExecRequest, options: ExecStreamOptions = {}) {
     const path = `/sandboxes/${encodeURIComponent(sandboxId)}/exec/stream`;
+    this.#http = http;
+    this.#sandboxId = sandboxId;
     this.#signal = options.signal;
     this.#started = new Promise<void>((resolve, reject) => {
       this.#settleStarted = (error) => (error === undefined ? resolve() : reject(error));
@@ -167,13 +179,13 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
   }
 
   #onOutput(channel: number, data: Uint8Array): void {
-    if (this.#state === 'finished' || this.#state === 'failed') return;
+    if (this.#state !== 'connecting' && this.#state !== 'started') return;
     if (channel === ExecChannel.stdout) this.#push({ type: 'stdout', data });
     else if (channel === ExecChannel.stderr) this.#push({ type: 'stderr', data });
   }
 
   #onControl(text: string): void {
-    if (this.#state === 'finished' || this.#state === 'failed') return;
+    if (this.#state !== 'connecting' && this.#state !== 'started') return;
     let json: unknown;
     try {
       json = JSON.parse(text);
@@ -201,20 +213,50 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
         this.#finish();
         return;
       }
+      case 'paused':
+        this.#reattach(frame.commandId, frame.offset);
+        return;
       case 'error':
         this.#fail(errorFromWire(frame.error, 0));
         return;
     }
   }
 
+  /** The command goes on inside the sandbox as `commandId`: follow it from `offset` once the sandbox runs. */
+  #reattach(commandId: string, offset: number): void {
+    this.#state = 'reattaching';
+    this.#settleStarted();
+    this.#connection.finish();
+    this.#reattachment = new Reattachment(this.#http, this.#sandboxId, commandId, offset, {
+      output: (type, data) => this.#push({ type, data }),
+      exit: (exit) => {
+        this.#push({ type: 'exit', ...exit, reason: null, durationMs: Date.now() - this.#createdAtMs });
+        this.#finish();
+      },
+      failed: (error) => this.#fail(error),
+    });
+    for (const pending of this.#pendingInput.splice(0)) this.#send(pending);
+  }
+
   #sendWhenStarted(input: { stdin: Uint8Array } | { control: string }): void {
     if (this.#state === 'connecting') this.#pendingInput.push(input);
-    else if (this.#state === 'started') this.#send(input);
+    else if (this.#state === 'started' || this.#state === 'reattaching') this.#send(input);
   }
 
   #send(input: { stdin: Uint8Array } | { control: string }): void {
-    if ('stdin' in input) this.#connection.sendStdin(input.stdin);
-    else this.#connection.sendControl(input.control);
+    const reattachment = this.#reattachment;
+    if (reattachment === undefined) {
+      if ('stdin' in input) this.#connection.sendStdin(input.stdin);
+      else this.#connection.sendControl(input.control);
+      return;
+    }
+    if ('stdin' in input) {
+      reattachment.writeStdin(input.stdin);
+      return;
+    }
+    const frame = JSON.parse(input.control) as ExecClientFrame;
+    if (frame.type === 'stdin_close') reattachment.closeStdin();
+    else if (frame.type === 'signal') reattachment.kill(frame.signal);
   }
 
   #push(event: ExecEvent): void {
@@ -226,6 +268,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     this.#state = 'finished';
     this.#settleStarted();
     this.#release();
+    this.#reattachment?.close();
     this.#connection.finish();
     this.#wakeUp();
   }
@@ -236,6 +279,7 @@ export class ExecStream implements AsyncIterable<ExecEvent> {
     this.#failure = error;
     this.#settleStarted(error);
     this.#release();
+    this.#reattachment?.close();
     this.#connection.terminate();
     this.#wakeUp();
   }

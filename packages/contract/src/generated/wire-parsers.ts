@@ -1215,38 +1215,51 @@ export const ExecServerFrameParser: WireParser<z.output<typeof contract.ExecServ
     const v15 = { "exitCode": v5, "signal": v7, "timedOut": v8, "reason": v10, "durationMs": v13, "type": v14 };
     v1 = v15;
   }
-  else if (v0 === "error") {
+  else if (v0 === "paused") {
     if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
     const v16 = input["type"];
-    if (v16 !== "error") return INVALID;
-    const v17 = input["error"];
-    if (typeof v17 !== "object" || v17 === null || Array.isArray(v17)) return INVALID;
-    const v18 = v17["code"];
-    if (typeof v18 !== "string") return INVALID;
-    const v19 = v17["message"];
-    if (typeof v19 !== "string") return INVALID;
-    const v20 = v17["hint"];
-    let v21 = (() => {
-      let v22;
-      if (v20 !== undefined) {
-        if (typeof v20 !== "string") return INVALID;
-        v22 = v20;
-      }
-      return v22;
-    })();
-    if (v21 === INVALID) {
-      if ("hint" in v17) return INVALID;
-      v21 = undefined;
-    }
-    const v23 = v17["requestId"];
+    if (v16 !== "paused") return INVALID;
+    const v17 = input["commandId"];
+    if (typeof v17 !== "string") return INVALID;
+    const v18 = input["offset"];
+    if (typeof v18 !== "number" || !Number.isFinite(v18)) return INVALID;
+    if (!Number.isSafeInteger(v18)) return INVALID;
+    if (v18 < 0) return INVALID;
+    const v19 = { "type": v16, "commandId": v17, "offset": v18 };
+    v1 = v19;
+  }
+  else if (v0 === "error") {
+    if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+    const v20 = input["type"];
+    if (v20 !== "error") return INVALID;
+    const v21 = input["error"];
+    if (typeof v21 !== "object" || v21 === null || Array.isArray(v21)) return INVALID;
+    const v22 = v21["code"];
+    if (typeof v22 !== "string") return INVALID;
+    const v23 = v21["message"];
     if (typeof v23 !== "string") return INVALID;
-    const v24 = {};
-    v24["code"] = v18;
-    v24["message"] = v19;
-    if ("hint" in v17) v24["hint"] = v21;
-    v24["requestId"] = v23;
-    const v25 = { "type": v16, "error": v24 };
-    v1 = v25;
+    const v24 = v21["hint"];
+    let v25 = (() => {
+      let v26;
+      if (v24 !== undefined) {
+        if (typeof v24 !== "string") return INVALID;
+        v26 = v24;
+      }
+      return v26;
+    })();
+    if (v25 === INVALID) {
+      if ("hint" in v21) return INVALID;
+      v25 = undefined;
+    }
+    const v27 = v21["requestId"];
+    if (typeof v27 !== "string") return INVALID;
+    const v28 = {};
+    v28["code"] = v22;
+    v28["message"] = v23;
+    if ("hint" in v21) v28["hint"] = v25;
+    v28["requestId"] = v27;
+    const v29 = { "type": v20, "error": v28 };
+    v1 = v29;
   }
   else { return INVALID; }
   return v1;

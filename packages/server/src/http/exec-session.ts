@@ -3,6 +3,7 @@ import type { SandboxProcess } from '@burrow/runtime';
 import type { FastifyRequest } from 'fastify';
 import type { Services } from '../services/services.js';
 import { ApiError } from '../util/api-error.js';
+import { newId } from '../util/ids.js';
 import { invalidControlFrame, mapError } from './error-mapping.js';
 import { principalOf } from './principal.js';
 
@@ -152,7 +153,13 @@ export class ExecSession {
   }): Promise<void> {
     const caller = principalOf(this.request);
     const id = (this.request.params as { id: string }).id;
-    const started = await this.services.exec.start(caller, id, request, this.abort.signal);
+    // A command streamed here outlives a pause, fork or memory snapshot as a command of its own (`paused` frame).
+    const started = await this.services.exec.start(
+      caller,
+      id,
+      { ...request, detachAs: newId('cmd') },
+      this.abort.signal,
+    );
     const proc = started.process;
     this.process = proc;
     if (!this.transport.open) {
@@ -177,6 +184,11 @@ export class ExecSession {
 
   private exited(exit: Awaited<SandboxProcess['exited']>, startedAtMs: number): void {
     this.clearTimer();
+    if (exit.detached !== undefined) {
+      // Every byte before `offset` went out on this stream (the streams ended before `exited` settled).
+      this.finish({ type: 'paused', commandId: exit.detached.commandId, offset: exit.detached.offset });
+      return;
+    }
     this.finish({
       type: 'exit',
       exitCode: this.timedOut ? null : exit.exitCode,

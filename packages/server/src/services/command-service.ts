@@ -4,14 +4,27 @@ import type { CommandInfo } from '@burrow/contract';
 import { ErrorCode } from '@burrow/contract';
 import { FsError, type RuntimeDriver, RuntimeError, SandboxFs, type SandboxProcess } from '@burrow/runtime';
 import type { Logger } from 'pino';
-import { z } from 'zod';
 import type { SandboxRecord } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
 import type { Clock } from '../util/clock.js';
 import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
+import { toArgv } from './command-argv.js';
+import {
+  commandDir,
+  commandNotFound,
+  type ExitFile,
+  ExitFileSchema,
+  exitFields,
+  readBytes,
+  readJson,
+  type SpecFile,
+  SpecFileSchema,
+  type StateFile,
+  StateFileSchema,
+  toInfo,
+} from './command-files.js';
 import { logBounds } from './command-log-reader.js';
-import { toArgv } from './exec-service.js';
 import { mapFsError } from './file-service.js';
 import type { Principal } from './key-service.js';
 import type { SandboxService } from './sandbox-service.js';
@@ -41,37 +54,16 @@ export const ControlKind = { stdin: 0, stdinClose: 1, resize: 2, signal: 3 } as 
 const KEEP_EXITED_COMMANDS = 64;
 /** Exited commands beyond {@link KEEP_EXITED_COMMANDS} that make a prune worth its exec. */
 const PRUNE_BATCH = 16;
+/**
+ * How long the server answers for a command it just started from what the start told it, in ms: the agent's
+ * supervisor answers before it writes the command's files (each a gofer round trip inside the sandbox).
+ */
+const RECENT_START_MS = 30_000;
 /** How often {@link CommandService.wait} looks for the exit file, ms. */
 const WAIT_POLL_MS = 20;
 /** PATH of the supervisor's own process. */
 const SUPERVISOR_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
 const SUPERVISOR_SHA = createHash('sha256').update(SUPERVISOR_SCRIPT).digest('hex');
-
-// The files are written inside the sandbox, so they are parsed as untrusted input.
-const SpecFileSchema = z.object({
-  argv: z.array(z.string()),
-  pty: z.object({ cols: z.number(), rows: z.number() }).nullable(),
-  createdAtMs: z.number(),
-});
-const StateFileSchema = z.object({
-  pid: z.number().int().min(2),
-  startedAtMs: z.number(),
-  supervisorPid: z.number().int().min(2).optional(),
-});
-const ExitFileSchema = z.object({
-  exitCode: z.number().int().min(0).max(255).nullable(),
-  signal: z.string().max(32).nullable(),
-  timedOut: z.boolean(),
-  endedAtMs: z.number(),
-});
-type SpecFile = z.infer<typeof SpecFileSchema>;
-type StateFile = z.infer<typeof StateFileSchema>;
-type ExitFile = z.infer<typeof ExitFileSchema>;
-
-/** Sandbox path of one command's directory. */
-export function commandDir(commandId: string): string {
-  return `${COMMANDS_DIR}/${commandId}`;
-}
 
 /** A running sandbox's file view, for the routes that read a command's files. */
 export interface CommandView {
@@ -88,6 +80,8 @@ export interface CommandView {
 export class CommandService {
   /** One `ctl` writer per command, shared by every client that sends input. Key: `sandboxId/commandId`. */
   private readonly controls = new Map<string, Promise<SandboxProcess>>();
+  /** Commands started in the last {@link RECENT_START_MS}, until their files are there. Key: `sandboxId/commandId`. */
+  private readonly recentStarts = new Map<string, { spec: SpecFile; state: StateFile; untilMs: number }>();
 
   constructor(
     private readonly deps: {
@@ -162,6 +156,14 @@ export class CommandService {
       });
     if (fast !== null && fast !== undefined) {
       this.deps.logger.debug({ sandboxId: id, commandId }, 'background command started');
+      this.rememberStart(id, commandId, {
+        spec: {
+          argv,
+          pty: input.pty === undefined ? null : { cols: input.pty.cols, rows: input.pty.rows },
+          createdAtMs: fast.startedAtMs,
+        },
+        state: { pid: fast.pid, startedAtMs: fast.startedAtMs, supervisorPid: fast.supervisorPid },
+      });
       // Pruning reads exit files: after the answer, never on the start's path.
       void this.pruneExited(id, fs).catch(() => undefined);
       return toInfo(
@@ -213,6 +215,10 @@ export class CommandService {
       .filter((e) => e.type === 'directory')
       .map((e) => e.path.slice(e.path.lastIndexOf('/') + 1))
       .filter((name) => /^cmd_[0-9a-z]{20}$/.test(name));
+    for (const key of this.recentStarts.keys()) {
+      const [sandboxId, commandId] = key.split('/');
+      if (sandboxId === id && commandId !== undefined && !ids.includes(commandId)) ids.push(commandId);
+    }
     const infos: CommandInfo[] = [];
     for (const commandId of ids) {
       const info = await this.info(fs, id, commandId).catch(() => null);
@@ -299,12 +305,25 @@ export class CommandService {
   /** Info of one command from its files. @throws ApiError `command_not_found` */
   async info(fs: SandboxFs, sandboxId: string, commandId: string): Promise<CommandInfo> {
     const dir = commandDir(commandId);
-    const spec = await readJson(fs, `${dir}/spec.json`, SpecFileSchema).catch(() => null);
+    const recent = this.recentStart(sandboxId, commandId);
+    const spec = (await readJson(fs, `${dir}/spec.json`, SpecFileSchema).catch(() => null)) ?? recent?.spec ?? null;
     if (spec === null) throw commandNotFound(commandId);
-    const state: StateFile | null = await readJson(fs, `${dir}/state.json`, StateFileSchema).catch(() => null);
+    const state: StateFile | null =
+      (await readJson(fs, `${dir}/state.json`, StateFileSchema).catch(() => null)) ?? recent?.state ?? null;
     const exit: ExitFile | null = await readJson(fs, `${dir}/exit.json`, ExitFileSchema).catch(() => null);
     const bounds = await logBounds(fs, `${dir}/log`).catch(() => ({ firstOffset: 0, endOffset: 0 }));
     return toInfo(sandboxId, commandId, spec, state, exit, bounds);
+  }
+
+  private rememberStart(sandboxId: string, commandId: string, start: { spec: SpecFile; state: StateFile }): void {
+    const nowMs = this.deps.clock.nowMs();
+    for (const [key, entry] of this.recentStarts) if (entry.untilMs <= nowMs) this.recentStarts.delete(key);
+    this.recentStarts.set(`${sandboxId}/${commandId}`, { ...start, untilMs: nowMs + RECENT_START_MS });
+  }
+
+  private recentStart(sandboxId: string, commandId: string): { spec: SpecFile; state: StateFile } | undefined {
+    const entry = this.recentStarts.get(`${sandboxId}/${commandId}`);
+    return entry !== undefined && entry.untilMs > this.deps.clock.nowMs() ? entry : undefined;
   }
 
   /** Close the input writers of commands that ended (called by attach streams when they see the exit). */
@@ -496,75 +515,4 @@ export class CommandService {
   }
 }
 
-/** Read a command's exit file, or null while it runs. */
-export async function readExit(
-  fs: SandboxFs,
-  commandId: string,
-): Promise<{ exitCode: number | null; signal: string | null; timedOut: boolean } | null> {
-  const exit = await readJson(fs, `${commandDir(commandId)}/exit.json`, ExitFileSchema).catch(() => null);
-  return exit === null ? null : exitFields(exit);
-}
-
-function exitFields(exit: ExitFile): {
-  exitCode: number | null;
-  signal: string | null;
-  timedOut: boolean;
-  endedAt: string;
-} {
-  return {
-    exitCode: exit.exitCode,
-    signal: exit.signal,
-    timedOut: exit.timedOut,
-    endedAt: new Date(exit.endedAtMs).toISOString(),
-  };
-}
-
-function toInfo(
-  sandboxId: string,
-  commandId: string,
-  spec: SpecFile,
-  state: StateFile | null,
-  exit: ExitFile | null,
-  bounds: { firstOffset: number; endOffset: number },
-): CommandInfo {
-  const base = {
-    commandId,
-    sandboxId,
-    pid: state?.pid ?? 0,
-    argv: spec.argv,
-    pty: spec.pty !== null,
-    startedAt: new Date(state?.startedAtMs ?? spec.createdAtMs).toISOString(),
-    ...bounds,
-  };
-  if (exit !== null) return { ...base, status: 'exited', ...exitFields(exit) };
-  return {
-    ...base,
-    status: state === null ? 'lost' : 'running',
-    exitCode: null,
-    signal: null,
-    timedOut: false,
-    endedAt: null,
-  };
-}
-
-function commandNotFound(commandId: string): ApiError {
-  return new ApiError(ErrorCode.commandNotFound, `no command ${commandId} in this sandbox`, {
-    hint: 'list the commands with GET /v1/sandboxes/{id}/commands (`burrow ps ID`)',
-  });
-}
-
-async function readBytes(fs: SandboxFs, path: string, maxBytes = 1024 * 1024): Promise<Buffer> {
-  const handle = await fs.openFile(path);
-  try {
-    const size = Math.min((await handle.stat()).size, maxBytes);
-    const buffer = Buffer.alloc(size);
-    const { bytesRead } = await handle.read(buffer, 0, size, 0);
-    return buffer.subarray(0, bytesRead);
-  } finally {
-    await handle.close();
-  }
-}
-
-async function readJson<T>(fs: SandboxFs, path: string, schema: z.ZodType<T>): Promise<T> {
-  return schema.parse(JSON.parse((await readBytes(fs, path)).toString('utf8')));
-}
+export { commandDir, readExit } from './command-files.js';

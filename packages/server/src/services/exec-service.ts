@@ -6,9 +6,13 @@ import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
 import type { SandboxRecord } from '../store/sandbox-store.js';
 import { ApiError } from '../util/api-error.js';
 import type { Clock } from '../util/clock.js';
+import { newId } from '../util/ids.js';
 import type { KeyedMutex } from '../util/keyed-mutex.js';
+import { toArgv } from './command-argv.js';
+import { followDetached } from './detached-exec.js';
 import type { Principal } from './key-service.js';
 import type { SandboxService } from './sandbox-service.js';
+import { LOG_MAX_SEGMENTS, LOG_SEGMENT_BYTES } from './supervisor-script.js';
 import { resolveUser } from './user-lookup.js';
 
 /** An exec request after contract defaults are applied. */
@@ -21,6 +25,11 @@ export interface ExecInput {
   timeoutMs: number;
   /** base64 */
   stdin?: string | undefined;
+  /**
+   * Keep the command running as a supervised command with this id when its connection to the host ends first (a
+   * pause, fork or memory snapshot; see `ExecOptions.detachAs`). @default not kept (it ends with the connection)
+   */
+  detachAs?: string | undefined;
 }
 
 /** A started command and what the caller needs to supervise it. */
@@ -30,10 +39,7 @@ export interface StartedExec {
   startedAtMs: number;
 }
 
-/** The argv of a command: a string runs through `/bin/sh -c`. */
-export function toArgv(cmd: string | string[]): string[] {
-  return typeof cmd === 'string' ? ['/bin/sh', '-c', cmd] : cmd;
-}
+export { toArgv } from './command-argv.js';
 
 /** Collects up to `capBytes` of a stream and notes whether more came. */
 export class CappedBuffer {
@@ -106,6 +112,15 @@ export class ExecService {
           cwd: input.cwd ?? sandbox.cwd,
           ...(user === undefined ? {} : { user: { uid: user.uid, gid: user.gid } }),
           ...(signal === undefined ? {} : { signal }),
+          ...(input.detachAs === undefined
+            ? {}
+            : {
+                detachAs: {
+                  commandId: input.detachAs,
+                  segmentBytes: LOG_SEGMENT_BYTES,
+                  maxSegments: LOG_MAX_SEGMENTS,
+                },
+              }),
         });
         // A running command (buffered or streamed) is activity: the sandbox is never idle until it ends.
         const release = this.deps.activity?.hold(id);
@@ -136,10 +151,12 @@ export class ExecService {
   /**
    * Run a command to completion: stdin written then closed, output kept up to the cap per stream, its process
    * group killed with SIGKILL after `timeoutMs` (reported as `timedOut: true`, signal SIGKILL, never an exit code).
-   * @throws ApiError as {@link start}
+   * A pause, fork or memory snapshot while it runs does not end it: the answer waits until the sandbox runs again
+   * and the command ends, with all its output. The timeout is enforced until such a checkpoint only.
+   * @throws ApiError as {@link start}; `sandbox_not_found` when the sandbox is deleted while the answer waits
    */
   async run(caller: Principal, id: string, input: ExecInput): Promise<ExecResult> {
-    const { process, startedAtMs } = await this.start(caller, id, input);
+    const { process, startedAtMs } = await this.start(caller, id, { ...input, detachAs: newId('cmd') });
     // No child logger per exec: creating one cost more than the rest of this method.
     const logger = this.deps.logger;
     const cap = this.deps.outputCapBytes ?? EXEC_OUTPUT_CAP_BYTES;
@@ -157,7 +174,14 @@ export class ExecService {
         .catch((error: unknown) => logger.warn({ err: error, sandboxId: id }, 'kill after timeout failed'));
     }, input.timeoutMs);
     try {
-      const exit = await process.exited;
+      let exit = await process.exited;
+      if (exit.detached !== undefined) {
+        // The host-side timeout ends here: what is left of the command runs on to its end inside the sandbox.
+        clearTimeout(timer);
+        exit = await followDetached(this.deps, caller.tenantId, id, exit.detached, (chunk) =>
+          (chunk.channel === 2 ? stderr : stdout).push(chunk.data),
+        );
+      }
       const durationMs = this.deps.clock.nowMs() - startedAtMs;
       if (logger.isLevelEnabled('debug')) logger.debug({ sandboxId: id, exit, durationMs, timedOut }, 'exec finished');
       return {
