@@ -28,6 +28,7 @@ import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
 import { HygieneService } from './services/hygiene-service.js';
 import { KeyService } from './services/key-service.js';
 import { Metrics, type MetricsSources } from './services/metrics.js';
+import { MetricsSampler } from './services/metrics-sampler.js';
 import { NetworkService } from './services/network-service.js';
 import { PolicyService } from './services/policy-service.js';
 import { QuotaService } from './services/quota-service.js';
@@ -207,6 +208,13 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     logger,
     metrics,
   });
+  const sampler = new MetricsSampler({
+    sandboxes: store.sandboxes,
+    driver,
+    clock,
+    logger: logger.child({ component: 'metrics-sampler' }),
+    intervalMs: config.metricsSampleIntervalMs,
+  });
   const services: Services = {
     keys,
     templates,
@@ -246,8 +254,10 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
     tenantDefaults,
     activity,
+    sampler,
     driverName: driver.name,
   };
+  sampler.start();
   const reconciler = new Reconciler({
     sandboxes: store.sandboxes,
     snapshots: store.snapshots,
@@ -299,6 +309,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     networks,
     logger,
     close: async () => {
+      await sampler.stop();
       await pool.stop();
       await policies.stop();
       await webhooks.stop();

@@ -13,10 +13,13 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
+import { systemClock } from '../util/clock.js';
 import { newId } from '../util/ids.js';
 import { registerActivityHook } from './activity-hook.js';
 import { registerCommandRoutes } from './command-routes.js';
 import { registerCommandStreamRoutes } from './command-stream-routes.js';
+import { requestSecret } from './console-auth.js';
+import { registerConsole } from './console-routes.js';
 import { mapError } from './error-mapping.js';
 import { registerExecStreamRoutes } from './exec-stream-routes.js';
 import { registerFileRoutes } from './file-routes.js';
@@ -32,8 +35,9 @@ import { registerKeyRoutes } from './key-routes.js';
 import { registerLifecycleRoutes } from './lifecycle-routes.js';
 import { registerNetworkRoutes } from './network-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
-import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
+import { actingPrincipal, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
+import { registerSandboxMetricsRoutes } from './sandbox-metrics-routes.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
 import type { ZodApp } from './zod-app.js';
@@ -54,6 +58,8 @@ export interface AppOptions {
   httpLimits?: HttpLimits;
   /** Names the calling key as the actor of the events a request causes (absent: events say `system`). */
   actors?: ActorContext;
+  /** Directory of the built web console served at `/`. @default packages/web/dist */
+  consoleDir?: string;
 }
 
 /**
@@ -120,10 +126,11 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     reply.header('x-request-id', request.id);
   });
   registerHttpLimits(app, limits);
+  const publicRoutes = new Set(PUBLIC_ROUTES);
   app.addHook('onRequest', async (request) => {
     const route = request.routeOptions.url;
-    if (route === undefined || PUBLIC_ROUTES.has(route)) return;
-    const secret = bearerSecret(request.headers.authorization);
+    if (route === undefined || publicRoutes.has(route) || publicRoutes.has(`${request.method} ${route}`)) return;
+    const secret = requestSecret(request);
     if (secret === null) throw missingKey(request.headers.authorization);
     request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
@@ -185,10 +192,15 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerSandboxMetricsRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );
   registerMetricsRoute(app, services);
+  await registerConsole(app, services, publicRoutes, {
+    clock: systemClock,
+    ...(options.consoleDir === undefined ? {} : { dir: options.consoleDir }),
+  });
   // File routes get their own scope: only there is application/octet-stream accepted (streamed, not buffered).
   await app.register(async (scope) => registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services), {
     prefix: '/v1',

@@ -6,6 +6,7 @@ import type { FileService } from './file-service.js';
 import type { HygieneService } from './hygiene-service.js';
 import type { KeyService } from './key-service.js';
 import type { Metrics } from './metrics.js';
+import type { MetricsSampler } from './metrics-sampler.js';
 import type { NetworkService } from './network-service.js';
 import type { PolicyService } from './policy-service.js';
 import type { QuotaService } from './quota-service.js';
@@ -37,6 +38,8 @@ export interface Services {
   tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
+  /** Per-sandbox CPU, memory and disk samples behind `GET /v1/sandboxes/{id}/metrics` (absent: `unsupported`). */
+  sampler?: MetricsSampler | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }
