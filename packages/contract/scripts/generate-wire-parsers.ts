@@ -23,6 +23,7 @@ export const WIRE_SCHEMAS = [
   'CommandInfoSchema',
   'CommandListSchema',
   'CommandServerFrameSchema',
+  'ConsoleLoginLinkSchema',
   'CreatedApiKeySchema',
   'CreatedWebhookSchema',
   'ErrorEnvelopeSchema',
