@@ -178,12 +178,15 @@ export async function registerConsole(
     await scope.register(fastifyStatic, {
       root: dir,
       wildcard: false,
-      index: 'index.html',
+      // `/` is the route below: the plugin's own index route misses index.html with `preCompressed`.
+      index: false,
+      preCompressed: true,
       setHeaders: (res, path) => {
         res.header('content-security-policy', CONSOLE_CSP);
         res.header('x-content-type-options', 'nosniff');
         res.header('cache-control', path.includes('/assets/') ? 'public, max-age=31536000, immutable' : 'no-cache');
       },
     });
+    scope.get('/', { schema: { hide: true } }, (_request, reply) => reply.sendFile('index.html'));
   });
 }

@@ -1,3 +1,4 @@
+import type { Sandbox } from '@burrow/contract';
 import type { ComponentChildren } from 'preact';
 import { useEffect, useRef } from 'preact/hooks';
 import type { ApiError } from '../api.js';
@@ -10,6 +11,17 @@ export function StateBadge({ state }: { state: string }) {
       {state}
     </span>
   );
+}
+
+/**
+ * The deadline a sandbox shows: its policy expiry while its clock runs; else (paused, stopped) the TTL deadline, shown
+ * stopped (the server does not count a TTL down while the sandbox is not running); else none.
+ */
+export function deadlineOf(sandbox: Sandbox): { at: string; label: string; ticking: boolean } | null {
+  if (sandbox.expiry !== null)
+    return { at: sandbox.expiry.at, label: sandbox.expiry.action, ticking: sandbox.state === 'running' };
+  if (sandbox.timeoutAt !== null) return { at: sandbox.timeoutAt, label: sandbox.timeoutAction, ticking: false };
+  return null;
 }
 
 /**

@@ -2,7 +2,7 @@ import type { Sandbox } from '@burrow/contract';
 import { EVENT_TYPES } from '@burrow/contract/event-types';
 import { useState } from 'preact/hooks';
 import { ApiError, api } from '../api.js';
-import { Countdown, ErrorBox, StateBadge } from '../components/ui.js';
+import { Countdown, deadlineOf, ErrorBox, StateBadge } from '../components/ui.js';
 import { formatSpan, formatTime, useEventStream, useLoad, useNow } from '../util.js';
 import { FilesPanel } from './sandbox-files.js';
 import { LineagePanel } from './sandbox-lineage.js';
@@ -27,6 +27,7 @@ export function SandboxPage({ id, tab }: { id: string; tab: string }) {
   const [actionError, setActionError] = useState<ApiError | undefined>(undefined);
   const [busy, setBusy] = useState('');
   const s = sandbox.data;
+  const deadline = s === undefined ? null : deadlineOf(s);
   const act = async (label: string, call: () => Promise<unknown>) => {
     setBusy(label);
     setActionError(undefined);
@@ -49,8 +50,8 @@ export function SandboxPage({ id, tab }: { id: string; tab: string }) {
           <code>{id}</code>
         </h1>
         {s === undefined ? null : <StateBadge state={s.state} />}
-        {s?.expiry === null || s?.expiry === undefined ? null : (
-          <Countdown at={s.expiry.at} now={now} ticking={s.state === 'running'} label={s.expiry.action} />
+        {deadline === null ? null : (
+          <Countdown at={deadline.at} now={now} ticking={deadline.ticking} label={deadline.label} />
         )}
         <span class="spacer" />
         {s?.state === 'running' ? (

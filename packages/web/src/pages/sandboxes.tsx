@@ -3,7 +3,7 @@ import { EVENT_TYPES } from '@burrow/contract/event-types';
 import { memo } from 'preact/compat';
 import { useMemo, useState } from 'preact/hooks';
 import { ApiError, api } from '../api.js';
-import { Confirm, Countdown, ErrorBox, StateBadge } from '../components/ui.js';
+import { Confirm, Countdown, deadlineOf, ErrorBox, StateBadge } from '../components/ui.js';
 import { useEventStream, useLoad, useNow } from '../util.js';
 
 const STATES = ['running', 'paused', 'stopped', 'creating', 'pausing', 'resuming', 'error'] as const;
@@ -25,12 +25,6 @@ export async function listAllSandboxes(state: string, labels: string[], signal?:
   return items;
 }
 
-/** The deadline a row shows: the policy expiry (with its action), else none. */
-function nextDeadline(sandbox: Sandbox): { at: string; label: string } | null {
-  if (sandbox.expiry !== null) return { at: sandbox.expiry.at, label: sandbox.expiry.action };
-  return null;
-}
-
 const Row = memo(function Row({
   sandbox,
   now,
@@ -42,7 +36,7 @@ const Row = memo(function Row({
   selected: boolean;
   onSelect: (id: string, on: boolean) => void;
 }) {
-  const deadline = nextDeadline(sandbox);
+  const deadline = deadlineOf(sandbox);
   return (
     <tr data-testid="sandbox-row" data-id={sandbox.id}>
       <td>
@@ -76,7 +70,7 @@ const Row = memo(function Row({
         {deadline === null ? (
           <span class="muted">none</span>
         ) : (
-          <Countdown at={deadline.at} now={now} ticking={sandbox.state === 'running'} label={deadline.label} />
+          <Countdown at={deadline.at} now={now} ticking={deadline.ticking} label={deadline.label} />
         )}
       </td>
     </tr>
