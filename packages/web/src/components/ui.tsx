@@ -37,7 +37,7 @@ export function Countdown({ at, now, ticking, label }: { at: string; now: number
       class={ticking ? 'countdown' : 'countdown stopped'}
       data-testid="countdown"
       data-ticking={String(ticking)}
-      title={`${label} at ${new Date(at).toLocaleString()}`}
+      title={`${label} at ${at}`}
     >
       {label} in {formatSpan(left)}
       {ticking ? '' : ' (stopped)'}

@@ -1,12 +1,16 @@
 import type { Sandbox, SandboxList, Template } from '@burrow/contract';
 import { EVENT_TYPES } from '@burrow/contract/event-types';
 import { memo } from 'preact/compat';
-import { useMemo, useState } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ApiError, api } from '../api.js';
 import { Confirm, Countdown, deadlineOf, ErrorBox, StateBadge } from '../components/ui.js';
 import { useEventStream, useLoad, useNow } from '../util.js';
 
 const STATES = ['running', 'paused', 'stopped', 'creating', 'pausing', 'resuming', 'error'] as const;
+/** Height of a table row, px (CSS keeps every row this tall, so the table draws only the rows in view). */
+const ROW_PX = 40;
+/** Rows drawn above and below the ones in view. */
+const OVERSCAN_ROWS = 8;
 /** Pages of 200 (the API's largest) fetched for the live table. */
 const PAGE_LIMIT = '200';
 
@@ -30,15 +34,17 @@ const Row = memo(function Row({
   now,
   selected,
   onSelect,
+  index,
 }: {
   sandbox: Sandbox;
   now: number;
   selected: boolean;
   onSelect: (id: string, on: boolean) => void;
+  index: number;
 }) {
   const deadline = deadlineOf(sandbox);
   return (
-    <tr data-testid="sandbox-row" data-id={sandbox.id}>
+    <tr data-testid="sandbox-row" data-id={sandbox.id} aria-rowindex={index + 2}>
       <td>
         <input
           type="checkbox"
@@ -90,6 +96,7 @@ export function SandboxesPage() {
   const list = useLoad((signal) => listAllSandboxes(state, labels, signal), [state, label], 3000);
   useEventStream(() => list.reload(), EVENT_TYPES);
   const now = useNow(1000);
+  const view = useRowWindow();
   const shown = useMemo(() => (list.data ?? []).filter((s) => s.id.includes(search.trim())), [list.data, search]);
   const onSelect = useMemo(
     () => (id: string, on: boolean) =>
@@ -158,8 +165,8 @@ export function SandboxesPage() {
         </button>
       </div>
       <ErrorBox error={actionError ?? list.error} />
-      <div class="table-wrap">
-        <table class="sandboxes">
+      <div class="table-wrap sandboxes-wrap" ref={view.ref}>
+        <table class="sandboxes" aria-rowcount={shown.length + 1}>
           <caption class="sr-only">Sandboxes of this tenant, updated live</caption>
           <thead>
             <tr>
@@ -180,15 +187,26 @@ export function SandboxesPage() {
             </tr>
           </thead>
           <tbody>
-            {shown.map((sandbox) => (
+            {view.first > 0 ? (
+              <tr aria-hidden="true" style={{ height: `${view.first * ROW_PX}px` }}>
+                <td colSpan={7} />
+              </tr>
+            ) : null}
+            {shown.slice(view.first, view.last).map((sandbox, i) => (
               <Row
                 key={sandbox.id}
                 sandbox={sandbox}
                 now={now}
                 selected={selected.has(sandbox.id)}
                 onSelect={onSelect}
+                index={view.first + i}
               />
             ))}
+            {view.last < shown.length ? (
+              <tr aria-hidden="true" style={{ height: `${(shown.length - view.last) * ROW_PX}px` }}>
+                <td colSpan={7} />
+              </tr>
+            ) : null}
           </tbody>
         </table>
       </div>
@@ -213,6 +231,31 @@ export function SandboxesPage() {
       </Confirm>
     </section>
   );
+}
+
+/**
+ * The rows of a scrolling table that are in view (plus {@link OVERSCAN_ROWS} each side): a table of hundreds of live
+ * rows draws and lays out only a screenful each second.
+ */
+function useRowWindow() {
+  const ref = useRef<HTMLDivElement>(null);
+  const [scrollTop, setScrollTop] = useState(0);
+  const [heightPx, setHeightPx] = useState(800);
+  useEffect(() => {
+    const element = ref.current;
+    if (element === null) return;
+    const onScroll = () => setScrollTop(element.scrollTop);
+    const observer = new ResizeObserver(() => setHeightPx(element.clientHeight));
+    observer.observe(element);
+    element.addEventListener('scroll', onScroll, { passive: true });
+    return () => {
+      observer.disconnect();
+      element.removeEventListener('scroll', onScroll);
+    };
+  }, []);
+  const first = Math.max(0, Math.floor(scrollTop / ROW_PX) - OVERSCAN_ROWS);
+  const last = Math.ceil((scrollTop + heightPx) / ROW_PX) + OVERSCAN_ROWS;
+  return { ref, first, last };
 }
 
 function CreateSandbox({ onCreated }: { onCreated: () => void }) {
