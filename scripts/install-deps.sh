@@ -8,6 +8,7 @@
 #   postgresql PostgreSQL 15, for the Postgres store and its tests.
 #   python3-pip pip on the host: network tests download from the test internet's package index.
 #   openssl    makes the test internet's throwaway CA and server certificate.
+#   chromium   the browser the web console's tests drive with playwright-core (tests/e2e/web-console.test.ts).
 set -euo pipefail
 RUNSC_VERSION="0.0~20240729.0-4~bpo12+2"
 
@@ -25,7 +26,7 @@ PREF
 
 need=()
 [ "$(dpkg-query -W -f='${Version}' runsc 2>/dev/null || true)" = "$RUNSC_VERSION" ] || need+=("runsc=${RUNSC_VERSION}")
-for pkg in mmdebstrap e2fsprogs util-linux iproute2 nftables postgresql-15 ca-certificates curl tmux gcc libc6-dev python3-pip openssl; do
+for pkg in mmdebstrap e2fsprogs util-linux iproute2 nftables postgresql-15 ca-certificates curl tmux gcc libc6-dev python3-pip openssl chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

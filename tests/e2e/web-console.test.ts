@@ -5,6 +5,7 @@
  * page to docs/ui/ and the first-load and 500-row table measurements to docs/ui/measurements.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox } from '@burrow/sdk';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
@@ -43,9 +44,9 @@ afterAll(async () => {
         .catch(() => {});
     }
   } finally {
+    writeFileSync(join(SHOTS_DIR, 'measurements.json'), `${JSON.stringify(measurements, null, 2)}\n`);
     await browser?.close();
     await server?.close();
-    writeFileSync(join(SHOTS_DIR, 'measurements.json'), `${JSON.stringify(measurements, null, 2)}\n`);
   }
 });
 
@@ -77,7 +78,7 @@ describe('web console', () => {
   it('creates a sandbox, runs python in the terminal and sees 42', async () => {
     await page.getByRole('button', { name: 'New sandbox' }).click();
     await page.getByRole('button', { name: 'Create' }).click();
-    await page.waitForURL(/#\/sandboxes\/sbx_/);
+    await expect.poll(() => page.url(), { timeout: 120_000 }).toMatch(/#\/sandboxes\/sbx_/);
     const id = decodeURIComponent(new URL(page.url()).hash.split('/')[2] ?? '');
     created.push(id);
     await expect.poll(() => badge().innerText(), { timeout: 60_000 }).toBe('running');
@@ -130,10 +131,9 @@ describe('web console', () => {
 
   it('shows commands, events and metrics of the sandbox', async () => {
     await page.getByRole('link', { name: 'Commands' }).click();
-    await page
-      .getByRole('button', { name: /bash -l/ })
-      .first()
-      .waitFor();
+    await expect
+      .poll(() => page.getByTestId('command-row').allInnerTexts(), { timeout: 30_000 })
+      .toContainEqual(expect.stringContaining('bash -l'));
     await shot('sandbox-commands');
     await page.getByRole('link', { name: 'Events', exact: true }).last().click();
     await expect
@@ -158,7 +158,7 @@ describe('web console', () => {
 
   it('shows the tenant pages', async () => {
     await page.getByRole('link', { name: 'Sandboxes' }).first().click();
-    await expect.poll(() => page.getByTestId('sandbox-row').count(), { timeout: 10_000 }).toBe(2);
+    await expect.poll(() => page.getByTestId('sandbox-row').count(), { timeout: 15_000 }).toBe(2);
     await shot('sandboxes');
     for (const [link, name] of [
       ['Templates', 'templates'],
@@ -203,7 +203,9 @@ describe('web console', () => {
       return route.fulfill({ contentType: 'application/json', body: JSON.stringify(fakeSandboxList(500, polls)) });
     });
     await fake.goto(`${server.apiUrl}/#/sandboxes`);
-    await expect.poll(() => fake.getByTestId('sandbox-row').count(), { timeout: 20_000 }).toBe(500);
+    await fake.getByText('500 of 500 sandboxes').waitFor({ timeout: 30_000 });
+    // Only the rows in view are drawn; the last one appears when scrolled to.
+    expect(await fake.getByTestId('sandbox-row').count()).toBeLessThan(100);
     const frames = await fake.evaluate(
       () =>
         new Promise<number[]>((resolve) => {
@@ -222,8 +224,12 @@ describe('web console', () => {
     const sorted = [...frames].sort((a, b) => a - b);
     const at = (q: number) => Math.round((sorted[Math.floor(q * (sorted.length - 1))] ?? 0) * 10) / 10;
     measurements.table500 = { frames: frames.length, polls, p50Ms: at(0.5), p95Ms: at(0.95), maxMs: at(1) };
+    measurements.table500 = { ...(measurements.table500 as object), loadAverage1m: loadavg()[0] };
     expect(polls).toBeGreaterThanOrEqual(3);
-    expect(frames.length).toBeGreaterThan(100);
+    // 8 s of frames: drawing all 500 rows each second gave 6-12 frames on this machine under load, the window ~260.
+    expect(frames.length).toBeGreaterThan(40);
+    await fake.locator('.sandboxes-wrap').evaluate((element) => element.scrollTo(0, element.scrollHeight));
+    await fake.locator('[data-id="sbx_fake0000000000000499"]').waitFor();
     await fake.unroute('**/v1/sandboxes?*');
   });
 });

@@ -27,7 +27,7 @@ export function CommandsPanel({ sandbox }: { sandbox: Sandbox }) {
           </thead>
           <tbody>
             {items.map((c) => (
-              <tr key={c.commandId}>
+              <tr key={c.commandId} data-testid="command-row">
                 <td>
                   <button type="button" class="link" onClick={() => setOpen(c)} title={c.commandId}>
                     <code>{c.argv.join(' ')}</code>
