@@ -1,3 +1,4 @@
+// biome-ignore-all lint/performance/useDomNodeTextContent: playwright's Locator.innerText (rendered lines), not the DOM property
 /**
  * End to end: the web console in headless chromium (playwright-core) against a REAL server with real runsc
  * sandboxes. Signs in, creates a sandbox, runs python in the terminal, uploads a file, pauses (badge and countdown),

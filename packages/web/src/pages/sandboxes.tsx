@@ -188,7 +188,7 @@ export function SandboxesPage() {
           </thead>
           <tbody>
             {view.first > 0 ? (
-              <tr aria-hidden="true" style={{ height: `${view.first * ROW_PX}px` }}>
+              <tr style={{ height: `${view.first * ROW_PX}px` }}>
                 <td colSpan={7} />
               </tr>
             ) : null}
@@ -203,7 +203,7 @@ export function SandboxesPage() {
               />
             ))}
             {view.last < shown.length ? (
-              <tr aria-hidden="true" style={{ height: `${(shown.length - view.last) * ROW_PX}px` }}>
+              <tr style={{ height: `${(shown.length - view.last) * ROW_PX}px` }}>
                 <td colSpan={7} />
               </tr>
             ) : null}
