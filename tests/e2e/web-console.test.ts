@@ -8,7 +8,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import { Sandbox } from '@burrow/sdk';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestServer, type TestServer } from './burrow-test-server.js';
@@ -39,10 +38,13 @@ beforeAll(async () => {
 
 afterAll(async () => {
   try {
-    for (const id of created) {
-      await Sandbox.connect(id, { apiUrl: server.apiUrl, apiKey: server.adminKey })
-        .then((s) => s.delete())
-        .catch(() => {});
+    // The server is this file's own: every sandbox on it (the UI's and its forks) goes.
+    const headers = { authorization: `Bearer ${server.adminKey}` };
+    const list = (await (await fetch(`${server.apiUrl}/v1/sandboxes?limit=200`, { headers })).json()) as {
+      items: { id: string }[];
+    };
+    for (const id of new Set([...created, ...list.items.map((s) => s.id)])) {
+      await fetch(`${server.apiUrl}/v1/sandboxes/${id}`, { method: 'DELETE', headers }).catch(() => {});
     }
   } finally {
     writeFileSync(join(SHOTS_DIR, 'measurements.json'), `${JSON.stringify(measurements, null, 2)}\n`);
