@@ -8,7 +8,7 @@
 #   postgresql PostgreSQL 15, for the Postgres store and its tests.
 #   python3-pip pip on the host: network tests download from the test internet's package index.
 #   openssl    makes the test internet's throwaway CA and server certificate.
-#   chromium   the headless browser the preview URL tests drive through playwright-core.
+#   chromium   the headless browser that the preview URL and web console tests drive through playwright-core.
 set -euo pipefail
 RUNSC_VERSION="0.0~20240729.0-4~bpo12+2"
 

@@ -17,6 +17,7 @@ import { registerSecretsCommands } from './commands/secrets-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
 import { registerTemplateCommands } from './commands/template-commands.js';
 import { registerTenantCommands } from './commands/tenant-commands.js';
+import { registerUiCommand } from './commands/ui-command.js';
 
 /** Mutable outcome of one CLI run, written by commands that choose their own exit code. */
 export interface ProgramContext extends CliContext {
@@ -55,6 +56,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerServerCommands(program, context);
   registerE2bCommands(program, context);
   registerMcpCommand(program, context);
+  registerUiCommand(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
   return program;
 }

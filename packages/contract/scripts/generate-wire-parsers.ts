@@ -25,6 +25,7 @@ export const WIRE_SCHEMAS = [
   'CommandInfoSchema',
   'CommandListSchema',
   'CommandServerFrameSchema',
+  'ConsoleLoginLinkSchema',
   'CreatedApiKeySchema',
   'CreatedWebhookSchema',
   'ErrorEnvelopeSchema',

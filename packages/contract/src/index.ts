@@ -2,6 +2,7 @@ export * from './audit.js';
 export * from './base64.js';
 export * from './commands.js';
 export * from './common.js';
+export * from './console.js';
 export * from './e2b.js';
 export * from './errors.js';
 export * from './exec.js';

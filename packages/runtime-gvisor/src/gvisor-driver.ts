@@ -49,7 +49,7 @@ import { NO_NETWORK, SandboxNetworks, type SandboxNetworksOptions } from './netw
 import { abortError, tail } from './run-command.js';
 import { type GvisorPlatform, RunscCli } from './runsc-cli.js';
 import { enforceRecordedCpuLimit, prepareBundle } from './sandbox-bundle.js';
-import { CGROUP_PARENT, cgroupParentHash, SandboxCgroups } from './sandbox-cgroups.js';
+import { CGROUP_PARENT, cgroupParentHash, readCgroupUsage, SandboxCgroups } from './sandbox-cgroups.js';
 import { type SandboxPaths, sandboxPaths } from './sandbox-paths.js';
 import { startSandboxProcess } from './sandbox-process.js';
 import { SPAWN_FIFO, SPAWN_FIFO_GONE_EXIT, spawnRequestArgv } from './spawner.js';
@@ -270,6 +270,10 @@ export class GvisorDriver implements RuntimeDriver {
 
   async diskUsageBytes(sandboxId: string): Promise<number> {
     return allocatedBytes(this.paths(sandboxId).dir);
+  }
+
+  async resourceUsage(sandboxId: string): Promise<{ cpuNs: number; memoryBytes: number } | null> {
+    return readCgroupUsage(this.cgroups.root, this.cgroups.parent, sandboxId);
   }
 
   startSupervised(sandboxId: string, options: SupervisedStartOptions): Promise<SupervisedStart | null> {

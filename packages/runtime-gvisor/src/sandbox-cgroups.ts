@@ -127,3 +127,25 @@ export class SandboxCgroups {
     return removed;
   }
 }
+
+/**
+ * CPU time (`cpuacct.usage`, ns) and memory (`memory.usage_in_bytes`) of sandbox `sandboxId`'s cgroup v1
+ * directories under `parent`; null when either file is missing (no such sandbox cgroup: not running here).
+ */
+export async function readCgroupUsage(
+  root: string,
+  parent: string,
+  sandboxId: string,
+): Promise<{ cpuNs: number; memoryBytes: number } | null> {
+  const read = (controller: string, file: string) =>
+    readFile(join(root, controller, parent, sandboxId, file), 'utf8').then(
+      (text) => Number(text.trim()),
+      () => null,
+    );
+  const [cpuNs, memoryBytes] = await Promise.all([
+    read('cpuacct', 'cpuacct.usage'),
+    read('memory', 'memory.usage_in_bytes'),
+  ]);
+  if (cpuNs === null || memoryBytes === null || !Number.isFinite(cpuNs) || !Number.isFinite(memoryBytes)) return null;
+  return { cpuNs, memoryBytes };
+}

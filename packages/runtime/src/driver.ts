@@ -187,6 +187,11 @@ export interface RuntimeDriver extends PersistenceVerbs {
   /** Bytes the sandbox occupies on the host disk (allocated: disk image, pause image). Optional; 0 when gone. */
   diskUsageBytes?(sandboxId: string): Promise<number>;
   /**
+   * CPU time and memory the sandbox's cgroups have counted: `cpuNs` cumulative nanoseconds of CPU since the sandbox
+   * started, `memoryBytes` memory charged now. Optional; null when the sandbox has no cgroup on this host (not running).
+   */
+  resourceUsage?(sandboxId: string): Promise<{ cpuNs: number; memoryBytes: number } | null>;
+  /**
    * Wait until exec in a just created or resumed sandbox takes its fast path (gVisor: the in-sandbox exec agent
    * connected). Exec works before that too (slower); the warm pool waits so it hands out only ready sandboxes.
    * Optional; resolves false after `timeoutMs` (driver default, a few seconds) or when there is no fast path.

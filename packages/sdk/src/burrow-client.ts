@@ -10,6 +10,7 @@ import type { z } from 'zod';
 import type { ConnectionOptions } from './connection-config.js';
 import {
   ApiKeyListParser,
+  ConsoleLoginLinkParser,
   CreatedApiKeyParser,
   HealthParser,
   INVALID,
@@ -207,6 +208,19 @@ export class Keys {
    */
   async revoke(id: string): Promise<void> {
     await this.#http.empty('DELETE', `/keys/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * A one-time link (valid 5 minutes) that signs a browser in to the web console as the calling key; `burrow ui`.
+   * @returns the absolute URL on this client's server and when it stops working (ISO-8601)
+   * @example
+   * ```ts
+   * const { url } = await client.keys.consoleLoginLink();
+   * ```
+   */
+  async consoleLoginLink(): Promise<{ url: string; expiresAt: string }> {
+    const link = await this.#http.json(ConsoleLoginLinkParser, 'POST', '/console/login-links');
+    return { url: new URL(link.path, this.#http.connection.apiUrl).toString(), expiresAt: link.expiresAt };
   }
 }
 

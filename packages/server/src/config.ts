@@ -56,6 +56,8 @@ export interface Config {
    * How long host resources no row owns are left alone before the reconciler reaps them, ms.
    * @default 60_000 (60 s) (BURROW_ORPHAN_GRACE_MS)
    */
+  /** Milliseconds between per-sandbox CPU/memory/disk samples. @default 5_000 (BURROW_METRICS_SAMPLE_MS) */
+  metricsSampleIntervalMs: number;
   orphanGraceMs: number;
   /** Time between lifecycle policy passes (TTL, idle, max age, retention), ms. @default 1000 (1 s) (BURROW_POLICY_INTERVAL_MS) */
   policyIntervalMs: number;
@@ -211,6 +213,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, ov
       overrides.reconcileIntervalMs ??
       intFrom(env.BURROW_RECONCILE_INTERVAL_MS, 'BURROW_RECONCILE_INTERVAL_MS', 30_000),
     orphanGraceMs: overrides.orphanGraceMs ?? intFrom(env.BURROW_ORPHAN_GRACE_MS, 'BURROW_ORPHAN_GRACE_MS', 60_000),
+    metricsSampleIntervalMs:
+      overrides.metricsSampleIntervalMs ?? intFrom(env.BURROW_METRICS_SAMPLE_MS, 'BURROW_METRICS_SAMPLE_MS', 5_000),
     policyIntervalMs:
       overrides.policyIntervalMs ?? intFrom(env.BURROW_POLICY_INTERVAL_MS, 'BURROW_POLICY_INTERVAL_MS', 1000),
     policyDefaults: overrides.policyDefaults ?? policyDefaultsFromEnv(env),

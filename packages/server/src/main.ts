@@ -35,6 +35,7 @@ import { type HostCapacity, hostCapacity } from './services/host-capacity.js';
 import { HygieneService } from './services/hygiene-service.js';
 import { KeyService } from './services/key-service.js';
 import { Metrics, type MetricsSources } from './services/metrics.js';
+import { MetricsSampler } from './services/metrics-sampler.js';
 import { NetworkService } from './services/network-service.js';
 import { PolicyService } from './services/policy-service.js';
 import { PortService } from './services/port-service.js';
@@ -241,6 +242,13 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     logger,
     metrics,
   });
+  const sampler = new MetricsSampler({
+    sandboxes: store.sandboxes,
+    driver,
+    clock,
+    logger: logger.child({ component: 'metrics-sampler' }),
+    intervalMs: config.metricsSampleIntervalMs,
+  });
   const services: Services = {
     secrets,
     keys,
@@ -369,6 +377,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     networks,
     logger,
     close: async () => {
+      await sampler.stop();
       await pool.stop();
       await policies.stop();
       await webhooks.stop();

@@ -685,6 +685,25 @@ export const CommandServerFrameParser: WireParser<z.output<typeof contract.Comma
   }),
 };
 
+/** Parses like `ConsoleLoginLinkSchema.safeParse`: the value, or INVALID. */
+export const ConsoleLoginLinkParser: WireParser<z.output<typeof contract.ConsoleLoginLinkSchema>> = {
+  schemaName: 'ConsoleLoginLinkSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["path"];
+  if (typeof v0 !== "string") return INVALID;
+  const v1 = input["expiresAt"];
+  if (typeof v1 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v1)) return INVALID;
+  const v2 = { "path": v0, "expiresAt": v1 };
+  return v2;
+  };
+  }),
+};
+
 /** Parses like `CreatedApiKeySchema.safeParse`: the value, or INVALID. */
 export const CreatedApiKeyParser: WireParser<z.output<typeof contract.CreatedApiKeySchema>> = {
   schemaName: 'CreatedApiKeySchema',

@@ -13,12 +13,15 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
+import { systemClock } from '../util/clock.js';
 import { newId } from '../util/ids.js';
 import { registerActivityHook } from './activity-hook.js';
 import { answeredErrorCodes, registerAuditHook } from './audit-hook.js';
 import { registerAuditRoutes } from './audit-routes.js';
 import { registerCommandRoutes } from './command-routes.js';
 import { registerCommandStreamRoutes } from './command-stream-routes.js';
+import { requestSecret } from './console-auth.js';
+import { registerConsole } from './console-routes.js';
 import { mapError } from './error-mapping.js';
 import { registerExecStreamRoutes } from './exec-stream-routes.js';
 import { registerFileRoutes } from './file-routes.js';
@@ -38,6 +41,7 @@ import { registerPersistenceRoutes } from './persistence-routes.js';
 import { registerPortRoutes } from './port-routes.js';
 import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
+import { registerSandboxMetricsRoutes } from './sandbox-metrics-routes.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { assertRouteHasAccess, registerScopeGuard } from './scope-guard.js';
 import { registerSecretRoutes } from './secret-routes.js';
@@ -63,6 +67,8 @@ export interface AppOptions {
   actors?: ActorContext;
   /** Record command lines in the audit log (they can carry secrets). @default false */
   auditCommandLines?: boolean;
+  /** Directory of the built web console served at `/`. @default packages/web/dist */
+  consoleDir?: string;
 }
 
 /**
@@ -131,10 +137,11 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     reply.header('x-request-id', request.id);
   });
   registerHttpLimits(app, limits);
+  const publicRoutes = new Set(PUBLIC_ROUTES);
   app.addHook('onRequest', async (request) => {
     const route = request.routeOptions.url;
-    if (route === undefined || PUBLIC_ROUTES.has(route)) return;
-    const secret = bearerSecret(request.headers.authorization);
+    if (route === undefined || publicRoutes.has(route) || publicRoutes.has(`${request.method} ${route}`)) return;
+    const secret = requestSecret(request);
     if (secret === null) throw missingKey(request.headers.authorization);
     request.principal = actingPrincipal(await services.keys.authenticate(secret), request.headers[TENANT_HEADER]);
   });
@@ -203,11 +210,16 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerAuditRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerUsageRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerSandboxMetricsRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );
   registerMetricsRoute(app, services);
   registerMcpRoute(app);
+  await registerConsole(app, services, publicRoutes, {
+    clock: systemClock,
+    ...(options.consoleDir === undefined ? {} : { dir: options.consoleDir }),
+  });
   // File routes get their own scope: only there is application/octet-stream accepted (streamed, not buffered).
   await app.register(async (scope) => registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services), {
     prefix: '/v1',

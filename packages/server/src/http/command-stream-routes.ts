@@ -71,10 +71,13 @@ class AttachSession {
       release?.();
     });
     this.socket.on('error', (error) => this.request.log.warn({ err: error }, 'attach socket error'));
+    // Frames are handled one after another: each awaits lookups before it writes, and keystrokes sent as separate
+    // frames must reach the command in the order they were typed.
+    let inputs: Promise<void> = Promise.resolve();
     this.socket.on('message', (data: Buffer, isBinary: boolean) => {
-      this.onMessage(caller, id, commandId, data, isBinary).catch((error: unknown) =>
-        this.onInputError(id, commandId, error),
-      );
+      inputs = inputs
+        .then(() => this.onMessage(caller, id, commandId, data, isBinary))
+        .catch((error: unknown) => this.onInputError(id, commandId, error));
     });
     try {
       const { fs } = await this.services.commands.view(caller, id);

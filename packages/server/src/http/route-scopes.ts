@@ -39,6 +39,13 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /mcp': read('public'),
   'DELETE /mcp': read('public'),
   'GET /v1/openapi.json': read('public'),
+  // The web console: its files and sign-in need no key; a session acts with its key's own scopes.
+  'GET /': read('public'),
+  'GET /console/login': read('public'),
+  'POST /v1/console/session': read('public'),
+  'GET /v1/console/session': read('public'),
+  'DELETE /v1/console/session': read('public'),
+  'POST /v1/console/login-links': read('public'),
   'GET /metrics': read('admin'),
 
   'GET /v1/sandboxes': read('sandboxes:read'),
@@ -60,6 +67,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'POST /v1/sandboxes/:id/quarantine': onSandbox('sandboxes:write'),
   'POST /v1/sandboxes/:id/quarantine/release': onSandbox('sandboxes:write'),
   'GET /v1/sandboxes/:id/inspect': onSandbox('sandboxes:read', 'read'),
+  'GET /v1/sandboxes/:id/metrics': onSandbox('sandboxes:read', 'read'),
 
   'POST /v1/sandboxes/:id/exec': onSandbox('commands'),
   'POST /v1/sandboxes/:id/exec/stream': onSandbox('commands'),
@@ -127,5 +135,14 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
  * @returns the access, or undefined for a route missing from {@link ROUTE_ACCESS}
  */
 export function routeAccess(method: string, url: string): RouteAccess | undefined {
-  return ROUTE_ACCESS[`${method === 'HEAD' ? 'GET' : method} ${url}`];
+  const key = `${method === 'HEAD' ? 'GET' : method} ${url}`;
+  if (ROUTE_ACCESS[key] === undefined && CONSOLE_FILE.test(key)) return CONSOLE_FILE_ACCESS;
+  return ROUTE_ACCESS[key];
 }
+
+/**
+ * A file of the web console (one route per built file, `GET /assets/index-3f2a.js`): a GET of a literal path with a
+ * file extension outside the API's prefixes. The console's files hold no data; it reads everything through `/v1`.
+ */
+const CONSOLE_FILE = /^GET \/(?!v1\/|mcp\b|metrics\b)[\w./-]+\.[\w.]+$/;
+const CONSOLE_FILE_ACCESS: RouteAccess = read('public');

@@ -7,6 +7,7 @@ import type { FileService } from './file-service.js';
 import type { HygieneService } from './hygiene-service.js';
 import type { KeyService } from './key-service.js';
 import type { Metrics } from './metrics.js';
+import type { MetricsSampler } from './metrics-sampler.js';
 import type { NetworkService } from './network-service.js';
 import type { PolicyService } from './policy-service.js';
 import type { PortService } from './port-service.js';
@@ -49,6 +50,8 @@ export interface Services {
   ports?: PortService | undefined;
   /** Secrets at egress: set, rotate, list, delete. @default absent in the OpenAPI writer */
   secrets?: SecretService | undefined;
+  /** Per-sandbox CPU, memory and disk samples behind `GET /v1/sandboxes/{id}/metrics` (absent: `unsupported`). */
+  sampler?: MetricsSampler | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }
