@@ -291,8 +291,10 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     activity,
     usage: new UsageService({ events: eventStore, sandboxes: store.sandboxes, clock }),
     audit: new AuditService({ store: store.audit, clock, logger: logger.child({ component: 'audit' }) }),
+    sampler,
     driverName: driver.name,
   };
+  sampler.start();
   const egress =
     networks === undefined || resolver === undefined
       ? undefined

@@ -39,7 +39,7 @@ import { registerMcpRoute } from './mcp-route.js';
 import { registerNetworkRoutes } from './network-routes.js';
 import { registerPersistenceRoutes } from './persistence-routes.js';
 import { registerPortRoutes } from './port-routes.js';
-import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './principal.js';
+import { actingPrincipal, missingKey, TENANT_HEADER } from './principal.js';
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxMetricsRoutes } from './sandbox-metrics-routes.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
