@@ -1,4 +1,5 @@
 export * from './base64.js';
+export * from './buckets.js';
 export * from './commands.js';
 export * from './common.js';
 export * from './e2b.js';

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { FromBucketSchema } from './buckets.js';
 import { EnvSchema, InstantSchema, LabelsSchema, NameSchema, SandboxIdSchema, SandboxPathSchema } from './common.js';
 import { QuarantineSchema } from './hygiene.js';
 import { ExpirySchema, PolicyFieldsSchema } from './lifecycle.js';
@@ -87,6 +88,8 @@ export const CreateSandboxRequestSchema = z
     restoreMemory: z.boolean().default(true),
     /** Network policy (see docs/network.md). @default the server's `BURROW_NETWORK_DEFAULT` mode with no rules */
     network: NetworkPolicyRequestSchema.optional(),
+    /** Fill a directory from a named bucket's prefix before the create answers (see docs/s3.md). */
+    fromBucket: FromBucketSchema.optional(),
   })
   .strict()
   .meta({ id: 'CreateSandboxRequest' });
