@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely';
+import { BucketStore } from './bucket-store.js';
 import { type DB, type Dialect, openDatabase } from './database.js';
 import { EnvSealer } from './env-sealer.js';
 import { KeyStore } from './key-store.js';
@@ -21,6 +22,8 @@ export interface Store {
   readonly tenantDefaults: TenantDefaultsStore;
   /** Warm-pool rows (tenant `_pool`) and the atomic claim. */
   readonly pool: PoolStore;
+  /** A tenant's named bucket credentials (secrets sealed). */
+  readonly buckets: BucketStore;
   /**
    * Destroy env keys whose sandbox or snapshot row is gone (a crash between the row's removal and the key's).
    * @returns the owner ids whose keys were destroyed (none without an env key dir)
@@ -51,6 +54,7 @@ export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): 
   const sealer = options.envKeysDir === undefined ? null : new EnvSealer(options.envKeysDir);
   const sandboxes = new SandboxStore(db, undefined, sealer ?? undefined);
   const snapshots = new SnapshotStore(db, undefined, sealer ?? undefined);
+  const buckets = new BucketStore(db, sealer ?? undefined);
   return {
     db,
     dialect,
@@ -60,11 +64,13 @@ export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): 
     templates: new TemplateStore(db),
     snapshots,
     tenantDefaults: new TenantDefaultsStore(db),
+    buckets,
     sweepEnvKeys: async () => {
       if (sealer === null) return [];
       const live = new Set([
         ...(await sandboxes.listAcrossTenants()).map((r) => r.id),
         ...(await snapshots.listAcrossTenants()).map((r) => r.id),
+        ...(await buckets.ids()),
       ]);
       return sealer.sweep(async (ownerId) => live.has(ownerId));
     },
