@@ -19,6 +19,7 @@ import { Reconciler } from './lifecycle/reconciler.js';
 import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
 import { startSandboxDns } from './sandbox-dns.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
+import { BucketService } from './services/bucket-service.js';
 import { CommandService } from './services/command-service.js';
 import { EventService } from './services/event-service.js';
 import { ExecService } from './services/exec-service.js';
@@ -34,6 +35,7 @@ import { QuotaService } from './services/quota-service.js';
 import { openS3SnapshotStore } from './services/s3-config.js';
 import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
+import { SyncService } from './services/sync-service.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
 import { TenantDefaultsService } from './services/tenant-defaults-service.js';
 import { WarmPool } from './services/warm-pool.js';
@@ -207,20 +209,29 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     logger,
     metrics,
   });
+  const files = new FileService({
+    sandboxes,
+    driver,
+    mutex,
+    holders: fsHolders,
+    onSwept: (sandboxId, names) =>
+      logger.warn({ sandboxId, names }, 'removed temporary files of uploads a stopped server left'),
+  });
+  const buckets = new BucketService({ store: store.buckets, clock });
+  const sync = new SyncService({
+    buckets,
+    files,
+    stateDir: join(config.dataDir, 'sync-state'),
+    clock,
+    logger: logger.child({ component: 'sync' }),
+  });
   const services: Services = {
     keys,
     templates,
     sandboxes,
     exec: new ExecService({ sandboxes, driver, mutex, clock, logger, activity }),
     commands: new CommandService({ sandboxes, driver, mutex, clock, logger }),
-    files: new FileService({
-      sandboxes,
-      driver,
-      mutex,
-      holders: fsHolders,
-      onSwept: (sandboxId, names) =>
-        logger.warn({ sandboxId, names }, 'removed temporary files of uploads a stopped server left'),
-    }),
+    files,
     hygiene: new HygieneService({
       sandboxes: store.sandboxes,
       service: sandboxes,
@@ -246,6 +257,8 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
     tenantDefaults,
     activity,
+    buckets,
+    sync,
     driverName: driver.name,
   };
   const reconciler = new Reconciler({

@@ -15,6 +15,7 @@ import type { ActorContext } from '../lifecycle/actor-context.js';
 import type { Services } from '../services/services.js';
 import { newId } from '../util/ids.js';
 import { registerActivityHook } from './activity-hook.js';
+import { registerBucketRoutes } from './bucket-routes.js';
 import { registerCommandRoutes } from './command-routes.js';
 import { registerCommandStreamRoutes } from './command-stream-routes.js';
 import { mapError } from './error-mapping.js';
@@ -185,6 +186,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerBucketRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );

@@ -1,4 +1,5 @@
 import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
+import type { BucketService } from './bucket-service.js';
 import type { CommandService } from './command-service.js';
 import type { EventService } from './event-service.js';
 import type { ExecService } from './exec-service.js';
@@ -10,6 +11,7 @@ import type { NetworkService } from './network-service.js';
 import type { PolicyService } from './policy-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
+import type { SyncService } from './sync-service.js';
 import type { TemplateService } from './template-service.js';
 import type { TenantDefaultsService } from './tenant-defaults-service.js';
 
@@ -37,6 +39,10 @@ export interface Services {
   tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
+  /** A tenant's named bucket credentials. @default absent in the OpenAPI writer */
+  buckets?: BucketService | undefined;
+  /** Artifact sync with those buckets. @default absent in the OpenAPI writer */
+  sync?: SyncService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }
