@@ -334,16 +334,17 @@ async function download(
   const source = got.Body as Readable;
   const body = source.pipe(check);
   source.once('error', (e) => check.destroy(bucketError(`downloading ${where}`, e)));
+  // The write sees the stream's failure and removes its staged file; this listener keeps the cause for the answer.
+  let failure: unknown;
+  check.once('error', (e) => {
+    failure = e;
+  });
   let info: FileInfo;
   try {
     info = await job.fs.write(localPath(job, asRel), body);
   } catch (error) {
     source.destroy();
-    const cause = (error as { cause?: unknown }).cause;
-    if (cause instanceof ApiError) throw cause;
-    if (error instanceof ApiError) throw error;
-    const inner = findApiError(error);
-    throw inner ?? error;
+    throw findApiError(failure) ?? findApiError(error) ?? error;
   }
   result.downloaded.push(asRel);
   result.bytesDown += bytes;
