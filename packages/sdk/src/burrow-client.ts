@@ -7,6 +7,7 @@ import type {
   Template,
 } from '@burrow/contract';
 import type { z } from 'zod';
+import { Buckets } from './buckets.js';
 import type { ConnectionOptions } from './connection-config.js';
 import {
   ApiKeyListParser,
@@ -232,6 +233,8 @@ export class BurrowClient {
   readonly webhooks: Webhooks;
   /** Tenant quotas: get, set (admin). */
   readonly quotas: Quotas;
+  /** Named S3 bucket credentials: add, list, remove. */
+  readonly buckets: Buckets;
   readonly #http: HttpClient;
 
   constructor(options: ConnectionOptions = {}) {
@@ -241,6 +244,7 @@ export class BurrowClient {
     this.events = new Events(this.#http);
     this.webhooks = new Webhooks(this.#http);
     this.quotas = new Quotas(this.#http);
+    this.buckets = new Buckets(this.#http);
   }
 
   /** Base URL the client talks to (defaults applied). */

@@ -1,5 +1,7 @@
 export type {
+  AddBucketRequest,
   ApiKey,
+  Bucket,
   BuildTemplateRequest,
   CommandInfo,
   CreateApiKeyRequest,
@@ -20,10 +22,13 @@ export type {
   SandboxNetwork,
   SandboxState,
   Snapshot,
+  SyncRequest,
+  SyncResult,
   Template,
   UpdateSandboxRequest,
   Webhook,
 } from '@burrow/contract';
+export { Buckets } from './buckets.js';
 export {
   type BuildTemplateOptions,
   BurrowClient,
