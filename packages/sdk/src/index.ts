@@ -51,6 +51,8 @@ export { type ConnectionOptions, DEFAULT_API_URL } from './connection-config.js'
 export {
   AbortedError,
   AuthenticationError,
+  BucketError,
+  BucketNotFoundError,
   BurrowError,
   type BurrowErrorCode,
   type BurrowErrorInit,
