@@ -4,10 +4,11 @@
  * (wrong secret, missing bucket, endpoint down, unknown name), two-way sync with edits on both sides and a
  * conflict (newest wins, the older kept on both sides), a second sync that moves nothing, a 96 MiB file up
  * (multipart) and down byte-exact, a download whose bytes do not match its checksum refused with nothing written,
- * and `fromBucket` filling a directory before the first command.
+ * `fromBucket` filling a directory before the first command, and sync paths through a symlink to a host
+ * directory or full of `..` staying inside the sandbox.
  */
 import { createHash } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GetObjectCommand, PutObjectCommand, type S3Client } from '@aws-sdk/client-s3';
@@ -239,6 +240,26 @@ describe.skipIf(s3 === null)('artifact sync with the real S3 server over the rea
     });
     expect([refused.status, code(refused)]).toEqual([404, 'bucket_not_found']);
     expect((await burrow.store.sandboxes.listAcrossTenants()).length).toBe(before);
+
+    // (Under /var/tmp: the sandbox's /tmp is memory the files API refuses.) A symlink to a host path and a path full of `..` resolve inside the sandbox's root: the host directory the
+    // link names stays empty, the files land in the sandbox's own directory of that name.
+    const host = await mkdtemp('/var/tmp/burrow-sync-escape-');
+    try {
+      await exec(id, `ln -s ${host} /root/esc`);
+      for (const path of ['/root/esc', `/root/../../../..${host}/deeper`]) {
+        const res = await call('POST', `/sandboxes/${id}/sync`, {
+          bucket: 'art',
+          prefix: `${at.prefix}/seed`,
+          path,
+          direction: 'down',
+        });
+        expect(res.status, res.raw).toBe(200);
+      }
+      expect(await readdir(host)).toEqual([]);
+      expect(await exec(id, `cat ${host}/two.txt ${host}/deeper/two.txt`)).toBe('two\ntwo\n');
+    } finally {
+      await rm(host, { recursive: true, force: true });
+    }
     await call('DELETE', `/sandboxes/${id}`);
   }, 120_000);
 });
