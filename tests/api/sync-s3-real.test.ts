@@ -241,8 +241,9 @@ describe.skipIf(s3 === null)('artifact sync with the real S3 server over the rea
     expect([refused.status, code(refused)]).toEqual([404, 'bucket_not_found']);
     expect((await burrow.store.sandboxes.listAcrossTenants()).length).toBe(before);
 
-    // (Under /var/tmp: the sandbox's /tmp is memory the files API refuses.) A symlink to a host path and a path full of `..` resolve inside the sandbox's root: the host directory the
-    // link names stays empty, the files land in the sandbox's own directory of that name.
+    // A symlink to a host path and a path full of `..` resolve inside the sandbox's root: the host directory the
+    // link names stays empty, the files land in the sandbox's own directory of that name. (Under /var/tmp: the
+    // sandbox's /tmp is memory the files API refuses.)
     const host = await mkdtemp('/var/tmp/burrow-sync-escape-');
     try {
       await exec(id, `ln -s ${host} /root/esc`);
