@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import type { CliContext } from './cli-context.js';
+import { registerBucketCommands } from './commands/bucket-commands.js';
 import { registerE2bCommands } from './commands/e2b-commands.js';
 import { registerExecCommand } from './commands/exec-command.js';
 import { registerFilesCommands } from './commands/files-commands.js';
@@ -52,6 +53,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerNetworkCommands(program, context);
   registerPortsCommands(program, context);
   registerSecretsCommands(program, context);
+  registerBucketCommands(program, context);
   registerTenantCommands(program, context);
   registerServerCommands(program, context);
   registerE2bCommands(program, context);

@@ -78,6 +78,18 @@ export const ErrorCode = {
    * refused and nothing is started from it.
    */
   snapshotCorrupt: 'snapshot_corrupt',
+  /** No bucket credentials of this name exist for the caller's tenant (`burrow buckets list`). */
+  bucketNotFound: 'bucket_not_found',
+  /** Bucket credentials of this name exist already for the caller's tenant. */
+  bucketExists: 'bucket_exists',
+  /** The S3 service refused the named bucket's credentials (wrong key or secret, or no access to the prefix). */
+  bucketDenied: 'bucket_denied',
+  /** The bucket named in the credentials does not exist at their endpoint. */
+  bucketMissing: 'bucket_missing',
+  /** The bucket's endpoint did not answer (refused, timeout, a 5xx); nothing was changed, retry once it is up. */
+  bucketUnavailable: 'bucket_unavailable',
+  /** An object's bytes did not match its checksum during a sync; the file was not written. */
+  bucketChecksumMismatch: 'bucket_checksum_mismatch',
   /**
    * A pause, fork or memory snapshot is refused: a process in the sandbox keeps a deleted file open or works in a
    * deleted directory outside `/tmp`, which the runtime cannot save. `details.blockers` name the process and path;
@@ -175,6 +187,12 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   snapshot_store_denied: 502,
   snapshot_store_bucket_missing: 502,
   snapshot_corrupt: 422,
+  bucket_not_found: 404,
+  bucket_exists: 409,
+  bucket_denied: 502,
+  bucket_missing: 502,
+  bucket_unavailable: 503,
+  bucket_checksum_mismatch: 502,
   deleted_file_open: 409,
   host_socket_open: 409,
   unsupported: 501,

@@ -1,5 +1,6 @@
 export * from './audit.js';
 export * from './base64.js';
+export * from './buckets.js';
 export * from './commands.js';
 export * from './common.js';
 export * from './console.js';

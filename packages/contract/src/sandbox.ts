@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { FromBucketSchema } from './buckets.js';
 import { EnvSchema, InstantSchema, LabelsSchema, NameSchema, SandboxIdSchema, SandboxPathSchema } from './common.js';
 import { QuarantineSchema } from './hygiene.js';
 import { ExpirySchema, PolicyFieldsSchema } from './lifecycle.js';
@@ -93,6 +94,8 @@ export const CreateSandboxRequestSchema = z
      * its value instead (docs/network.md "Secrets at egress"). Unknown names: `unknown_secret`. @default []
      */
     secrets: SandboxSecretsRequestSchema.optional(),
+    /** Fill a directory from a named bucket's prefix before the create answers (see docs/s3.md). */
+    fromBucket: FromBucketSchema.optional(),
   })
   .strict()
   .meta({ id: 'CreateSandboxRequest' });

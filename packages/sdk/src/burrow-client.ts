@@ -7,6 +7,7 @@ import type {
   Template,
 } from '@burrow/contract';
 import type { z } from 'zod';
+import { Buckets } from './buckets.js';
 import type { ConnectionOptions } from './connection-config.js';
 import {
   ApiKeyListParser,
@@ -254,6 +255,8 @@ export class BurrowClient {
   readonly usage: Usage;
   /** Secrets substituted at egress: set, rotate, list, delete. */
   readonly secrets: Secrets;
+  /** Named S3 bucket credentials: add, list, remove. */
+  readonly buckets: Buckets;
   readonly #http: HttpClient;
 
   constructor(options: ConnectionOptions = {}) {
@@ -266,6 +269,7 @@ export class BurrowClient {
     this.audit = new Audit(this.#http);
     this.usage = new Usage(this.#http);
     this.secrets = new Secrets(this.#http);
+    this.buckets = new Buckets(this.#http);
   }
 
   /** Base URL the client talks to (defaults applied). */

@@ -124,6 +124,14 @@ export class CheckpointRejectedError extends BurrowError {}
 export class SnapshotStoreError extends BurrowError {}
 /** A stored chunk of the snapshot is missing or altered (`snapshot_corrupt`): it is not restored. */
 export class SnapshotCorruptError extends BurrowError {}
+/** No bucket credentials of this name (`bucket_not_found`) or they exist already (`bucket_exists`). */
+export class BucketNotFoundError extends BurrowError {}
+/**
+ * A named bucket failed: its service refused the credentials (`bucket_denied`), the bucket is missing
+ * (`bucket_missing`), the endpoint is down (`bucket_unavailable`), or an object's bytes did not match their
+ * checksum (`bucket_checksum_mismatch`). `code` says which; nothing half-written is kept.
+ */
+export class BucketError extends BurrowError {}
 /**
  * A pause, fork or memory snapshot is refused by the sandbox's own state, which the runtime cannot save
  * (`deleted_file_open`: a process keeps a deleted file open or works in a deleted directory outside /tmp;
@@ -203,6 +211,12 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   snapshot_store_denied: SnapshotStoreError,
   snapshot_store_bucket_missing: SnapshotStoreError,
   snapshot_corrupt: SnapshotCorruptError,
+  bucket_not_found: BucketNotFoundError,
+  bucket_exists: ConflictError,
+  bucket_denied: BucketError,
+  bucket_missing: BucketError,
+  bucket_unavailable: BucketError,
+  bucket_checksum_mismatch: BucketError,
   deleted_file_open: CheckpointBlockedError,
   host_socket_open: CheckpointBlockedError,
   unsupported: UnsupportedError,

@@ -1,10 +1,12 @@
 export type {
+  AddBucketRequest,
   ApiKey,
   ApiKeyRole,
   AuditList,
   AuditRecord,
   AuditResult,
   AuditVerify,
+  Bucket,
   BuildTemplateRequest,
   CommandInfo,
   CreateApiKeyRequest,
@@ -33,12 +35,15 @@ export type {
   Secret,
   SetSecretRequest,
   Snapshot,
+  SyncRequest,
+  SyncResult,
   Template,
   UpdateSandboxRequest,
   UsageReport,
   UsageTotals,
   Webhook,
 } from '@burrow/contract';
+export { Buckets } from './buckets.js';
 export {
   type BuildTemplateOptions,
   BurrowClient,
@@ -61,6 +66,8 @@ export { type ConnectionOptions, DEFAULT_API_URL } from './connection-config.js'
 export {
   AbortedError,
   AuthenticationError,
+  BucketError,
+  BucketNotFoundError,
   BurrowError,
   type BurrowErrorCode,
   type BurrowErrorInit,

@@ -4,8 +4,11 @@ import type {
   Sandbox as SandboxInfo,
   SandboxInspection,
   SandboxState,
+  SyncRequest,
+  SyncResult,
   UpdateSandboxRequest,
 } from '@burrow/contract';
+import { syncSandbox } from './buckets.js';
 import { Commands, Pty } from './commands.js';
 import { type ConnectionOptions, splitConnection } from './connection-config.js';
 import {
@@ -91,6 +94,25 @@ export class Sandbox {
       this.#info = updated;
     });
     this.ports = new Ports(http, info.id);
+  }
+
+  /**
+   * Copy a sandbox directory to (`up`), from (`down`) or both ways with a prefix of one of the tenant's named
+   * buckets, through the server (the credentials never enter the sandbox). `both` moves each side's changes since
+   * the last sync; a file changed on both sides goes newest-wins and the older copy is kept on both sides as
+   * `NAME.conflict-<UTC time>`.
+   * @param request `path` (absolute, in the sandbox), `bucket` (a name from `client.buckets`), `prefix`
+   *   (default ''), `direction`, `delete` (also remove files gone from the sending side; default false)
+   * @returns what moved, in which direction, the conflicts and the skipped symlinks and special files
+   * @throws `BurrowError` with code `bucket_not_found`, `bucket_denied`, `bucket_missing`, `bucket_unavailable`,
+   *   `bucket_checksum_mismatch`, `invalid_path`
+   * @example
+   * ```ts
+   * const { uploaded } = await sandbox.sync({ path: '/root/out', bucket: 'art', prefix: 'run-1', direction: 'up' });
+   * ```
+   */
+  async sync(request: SyncRequest): Promise<SyncResult> {
+    return syncSandbox(this.#http, this.id, request);
   }
 
   /**

@@ -26,6 +26,7 @@ import { GvisorTemplateBuilder } from './node/gvisor-template-builder.js';
 import { startSandboxDns } from './sandbox-dns.js';
 import { AuditService } from './services/audit-service.js';
 import { type BlobStore, LocalDirBlobStore } from './services/blob-store.js';
+import { BucketService } from './services/bucket-service.js';
 import { CommandService } from './services/command-service.js';
 import { EventService } from './services/event-service.js';
 import { ExecService } from './services/exec-service.js';
@@ -46,6 +47,7 @@ import { openS3SnapshotStore } from './services/s3-config.js';
 import { SandboxService } from './services/sandbox-service.js';
 import { SecretService } from './services/secret-service.js';
 import type { Services } from './services/services.js';
+import { SyncService } from './services/sync-service.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
 import { TenantDefaultsService } from './services/tenant-defaults-service.js';
 import { UsageService } from './services/usage-service.js';
@@ -249,6 +251,22 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     logger: logger.child({ component: 'metrics-sampler' }),
     intervalMs: config.metricsSampleIntervalMs,
   });
+  const files = new FileService({
+    sandboxes,
+    driver,
+    mutex,
+    holders: fsHolders,
+    onSwept: (sandboxId, names) =>
+      logger.warn({ sandboxId, names }, 'removed temporary files of uploads a stopped server left'),
+  });
+  const buckets = new BucketService({ store: store.buckets, clock });
+  const sync = new SyncService({
+    buckets,
+    files,
+    stateDir: join(config.dataDir, 'sync-state'),
+    clock,
+    logger: logger.child({ component: 'sync' }),
+  });
   const services: Services = {
     secrets,
     keys,
@@ -256,14 +274,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     sandboxes,
     exec: new ExecService({ sandboxes, driver, mutex, clock, logger, activity }),
     commands: new CommandService({ sandboxes, driver, mutex, clock, logger }),
-    files: new FileService({
-      sandboxes,
-      driver,
-      mutex,
-      holders: fsHolders,
-      onSwept: (sandboxId, names) =>
-        logger.warn({ sandboxId, names }, 'removed temporary files of uploads a stopped server left'),
-    }),
+    files,
     hygiene: new HygieneService({
       sandboxes: store.sandboxes,
       service: sandboxes,
@@ -292,6 +303,8 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     usage: new UsageService({ events: eventStore, sandboxes: store.sandboxes, clock }),
     audit: new AuditService({ store: store.audit, clock, logger: logger.child({ component: 'audit' }) }),
     sampler,
+    buckets,
+    sync,
     driverName: driver.name,
   };
   sampler.start();

@@ -62,7 +62,7 @@ export const ApiKeyListParser: WireParser<z.output<typeof contract.ApiKeyListSch
   parse: lazyParser(() => {
   const c0 = new RegExp("^key_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   const c1 = new Set(["admin", "member", "viewer"]);
-  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "admin"]);
+  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "buckets", "admin"]);
   const c3 = isPlainObject;
   const c4 = Object.prototype.propertyIsEnumerable;
   const c5 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
@@ -424,6 +424,85 @@ export const BatchWriteResponseParser: WireParser<z.output<typeof contract.Batch
   }),
 };
 
+/** Parses like `BucketListSchema.safeParse`: the value, or INVALID. */
+export const BucketListParser: WireParser<z.output<typeof contract.BucketListSchema>> = {
+  schemaName: 'BucketListSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^[a-z0-9][a-z0-9-]{0,62}$", "");
+  const c1 = new RegExp("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "");
+  const c2 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["items"];
+  if (!Array.isArray(v0)) return INVALID;
+  const v1 = new Array(v0.length);
+  for (let v2 = 0; v2 < v0.length; v2++) {
+    const v3 = v0[v2];
+    if (typeof v3 !== "object" || v3 === null || Array.isArray(v3)) return INVALID;
+    const v4 = v3["name"];
+    if (typeof v4 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v4)) return INVALID;
+    const v5 = v3["bucket"];
+    if (typeof v5 !== "string") return INVALID;
+    c1.lastIndex = 0;
+    if (!c1.test(v5)) return INVALID;
+    const v6 = v3["endpoint"];
+    if (typeof v6 !== "string") return INVALID;
+    const v7 = v3["region"];
+    if (typeof v7 !== "string") return INVALID;
+    const v8 = v3["accessKeyId"];
+    if (typeof v8 !== "string") return INVALID;
+    const v9 = v3["pathStyle"];
+    if (typeof v9 !== "boolean") return INVALID;
+    const v10 = v3["createdAt"];
+    if (typeof v10 !== "string") return INVALID;
+    c2.lastIndex = 0;
+    if (!c2.test(v10)) return INVALID;
+    const v11 = { "name": v4, "bucket": v5, "endpoint": v6, "region": v7, "accessKeyId": v8, "pathStyle": v9, "createdAt": v10 };
+    v1[v2] = v11;
+  }
+  const v12 = { "items": v1 };
+  return v12;
+  };
+  }),
+};
+
+/** Parses like `BucketSchema.safeParse`: the value, or INVALID. */
+export const BucketParser: WireParser<z.output<typeof contract.BucketSchema>> = {
+  schemaName: 'BucketSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^[a-z0-9][a-z0-9-]{0,62}$", "");
+  const c1 = new RegExp("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "");
+  const c2 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["name"];
+  if (typeof v0 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v0)) return INVALID;
+  const v1 = input["bucket"];
+  if (typeof v1 !== "string") return INVALID;
+  c1.lastIndex = 0;
+  if (!c1.test(v1)) return INVALID;
+  const v2 = input["endpoint"];
+  if (typeof v2 !== "string") return INVALID;
+  const v3 = input["region"];
+  if (typeof v3 !== "string") return INVALID;
+  const v4 = input["accessKeyId"];
+  if (typeof v4 !== "string") return INVALID;
+  const v5 = input["pathStyle"];
+  if (typeof v5 !== "boolean") return INVALID;
+  const v6 = input["createdAt"];
+  if (typeof v6 !== "string") return INVALID;
+  c2.lastIndex = 0;
+  if (!c2.test(v6)) return INVALID;
+  const v7 = { "name": v0, "bucket": v1, "endpoint": v2, "region": v3, "accessKeyId": v4, "pathStyle": v5, "createdAt": v6 };
+  return v7;
+  };
+  }),
+};
+
 /** Parses like `CommandInfoSchema.safeParse`: the value, or INVALID. */
 export const CommandInfoParser: WireParser<z.output<typeof contract.CommandInfoSchema>> = {
   schemaName: 'CommandInfoSchema',
@@ -710,7 +789,7 @@ export const CreatedApiKeyParser: WireParser<z.output<typeof contract.CreatedApi
   parse: lazyParser(() => {
   const c0 = new RegExp("^key_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   const c1 = new Set(["admin", "member", "viewer"]);
-  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "admin"]);
+  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "buckets", "admin"]);
   const c3 = isPlainObject;
   const c4 = Object.prototype.propertyIsEnumerable;
   const c5 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
@@ -875,7 +954,7 @@ export const CreatedWebhookParser: WireParser<z.output<typeof contract.CreatedWe
 export const ErrorEnvelopeParser: WireParser<z.output<typeof contract.ErrorEnvelopeSchema>> = {
   schemaName: 'ErrorEnvelopeSchema',
   parse: lazyParser(() => {
-  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "preview_access_denied", "preview_link_expired", "preview_link_invalid", "port_not_listening", "secret_not_found", "unknown_secret", "secret_too_large", "internal_error"]);
+  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "bucket_not_found", "bucket_exists", "bucket_denied", "bucket_missing", "bucket_unavailable", "bucket_checksum_mismatch", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "preview_access_denied", "preview_link_expired", "preview_link_invalid", "port_not_listening", "secret_not_found", "unknown_secret", "secret_too_large", "internal_error"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["error"];
@@ -3165,6 +3244,80 @@ export const SnapshotParser: WireParser<z.output<typeof contract.SnapshotSchema>
   }
   const v29 = { "id": v0, "name": v2, "sandboxId": v3, "template": v4, "templateId": v5, "memory": v6, "imageSizeBytes": v7, "diskSizeBytes": v8, "runtimeVersion": v9, "createdAt": v10, "expiresAt": v12, "expiry": v14, "upload": v20 };
   return v29;
+  };
+  }),
+};
+
+/** Parses like `SyncResultSchema.safeParse`: the value, or INVALID. */
+export const SyncResultParser: WireParser<z.output<typeof contract.SyncResultSchema>> = {
+  schemaName: 'SyncResultSchema',
+  parse: lazyParser(() => {
+  const c0 = new Set(["sandbox", "bucket"]);
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["uploaded"];
+  if (!Array.isArray(v0)) return INVALID;
+  const v1 = new Array(v0.length);
+  for (let v2 = 0; v2 < v0.length; v2++) {
+    const v3 = v0[v2];
+    if (typeof v3 !== "string") return INVALID;
+    v1[v2] = v3;
+  }
+  const v4 = input["downloaded"];
+  if (!Array.isArray(v4)) return INVALID;
+  const v5 = new Array(v4.length);
+  for (let v6 = 0; v6 < v4.length; v6++) {
+    const v7 = v4[v6];
+    if (typeof v7 !== "string") return INVALID;
+    v5[v6] = v7;
+  }
+  const v8 = input["deletedRemote"];
+  if (!Array.isArray(v8)) return INVALID;
+  const v9 = new Array(v8.length);
+  for (let v10 = 0; v10 < v8.length; v10++) {
+    const v11 = v8[v10];
+    if (typeof v11 !== "string") return INVALID;
+    v9[v10] = v11;
+  }
+  const v12 = input["deletedLocal"];
+  if (!Array.isArray(v12)) return INVALID;
+  const v13 = new Array(v12.length);
+  for (let v14 = 0; v14 < v12.length; v14++) {
+    const v15 = v12[v14];
+    if (typeof v15 !== "string") return INVALID;
+    v13[v14] = v15;
+  }
+  const v16 = input["conflicts"];
+  if (!Array.isArray(v16)) return INVALID;
+  const v17 = new Array(v16.length);
+  for (let v18 = 0; v18 < v16.length; v18++) {
+    const v19 = v16[v18];
+    if (typeof v19 !== "object" || v19 === null || Array.isArray(v19)) return INVALID;
+    const v20 = v19["path"];
+    if (typeof v20 !== "string") return INVALID;
+    const v21 = v19["keptAs"];
+    if (typeof v21 !== "string") return INVALID;
+    const v22 = v19["winner"];
+    if (!c0.has(v22)) return INVALID;
+    const v23 = { "path": v20, "keptAs": v21, "winner": v22 };
+    v17[v18] = v23;
+  }
+  const v24 = input["skipped"];
+  if (!Array.isArray(v24)) return INVALID;
+  const v25 = new Array(v24.length);
+  for (let v26 = 0; v26 < v24.length; v26++) {
+    const v27 = v24[v26];
+    if (typeof v27 !== "string") return INVALID;
+    v25[v26] = v27;
+  }
+  const v28 = input["bytesUp"];
+  if (typeof v28 !== "number" || !Number.isFinite(v28)) return INVALID;
+  if (!Number.isSafeInteger(v28)) return INVALID;
+  const v29 = input["bytesDown"];
+  if (typeof v29 !== "number" || !Number.isFinite(v29)) return INVALID;
+  if (!Number.isSafeInteger(v29)) return INVALID;
+  const v30 = { "uploaded": v1, "downloaded": v5, "deletedRemote": v9, "deletedLocal": v13, "conflicts": v17, "skipped": v25, "bytesUp": v28, "bytesDown": v29 };
+  return v30;
   };
   }),
 };

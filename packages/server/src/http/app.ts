@@ -18,6 +18,7 @@ import { newId } from '../util/ids.js';
 import { registerActivityHook } from './activity-hook.js';
 import { answeredErrorCodes, registerAuditHook } from './audit-hook.js';
 import { registerAuditRoutes } from './audit-routes.js';
+import { registerBucketRoutes } from './bucket-routes.js';
 import { registerCommandRoutes } from './command-routes.js';
 import { registerCommandStreamRoutes } from './command-stream-routes.js';
 import { requestSecret } from './console-auth.js';
@@ -211,6 +212,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerAuditRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerUsageRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerSandboxMetricsRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerBucketRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );

@@ -118,6 +118,11 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /v1/audit': read('audit'),
   'GET /v1/audit/verify': read('admin'),
   'GET /v1/usage': read('usage'),
+  'GET /v1/buckets': read('buckets'),
+  'POST /v1/buckets': write('buckets'),
+  'DELETE /v1/buckets/:name': write('buckets'),
+  // A sync moves files of the sandbox (in or out) with the tenant's bucket credentials, which never reach the key.
+  'POST /v1/sandboxes/:id/sync': onSandbox('files'),
   'GET /v1/secrets': read('secrets'),
   'PUT /v1/secrets/:name': write('secrets'),
   'POST /v1/secrets/:name/rotate': write('secrets'),

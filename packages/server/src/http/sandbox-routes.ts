@@ -10,6 +10,7 @@ import {
 } from '@burrow/contract';
 import { z } from 'zod';
 import type { Services } from '../services/services.js';
+import { createFilled } from './create-from-bucket.js';
 import { ERROR_RESPONSES } from './error-responses.js';
 import { execResultJson } from './exec-result-json.js';
 import { principalOf } from './principal.js';
@@ -29,7 +30,7 @@ export function registerSandboxRoutes(app: ZodApp, services: Services): void {
       },
     },
     async (request, reply) => {
-      const sandbox = await services.sandboxes.create(principalOf(request), request.body);
+      const sandbox = await createFilled(services, principalOf(request), request.body);
       return reply.code(201).send(sandbox);
     },
   );

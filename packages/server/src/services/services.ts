@@ -1,5 +1,6 @@
 import type { ActivityTracker } from '../lifecycle/activity-tracker.js';
 import type { AuditService } from './audit-service.js';
+import type { BucketService } from './bucket-service.js';
 import type { CommandService } from './command-service.js';
 import type { EventService } from './event-service.js';
 import type { ExecService } from './exec-service.js';
@@ -14,6 +15,7 @@ import type { PortService } from './port-service.js';
 import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { SecretService } from './secret-service.js';
+import type { SyncService } from './sync-service.js';
 import type { TemplateService } from './template-service.js';
 import type { TenantDefaultsService } from './tenant-defaults-service.js';
 import type { UsageService } from './usage-service.js';
@@ -52,6 +54,10 @@ export interface Services {
   secrets?: SecretService | undefined;
   /** Per-sandbox CPU, memory and disk samples behind `GET /v1/sandboxes/{id}/metrics` (absent: `unsupported`). */
   sampler?: MetricsSampler | undefined;
+  /** A tenant's named bucket credentials. @default absent in the OpenAPI writer */
+  buckets?: BucketService | undefined;
+  /** Artifact sync with those buckets. @default absent in the OpenAPI writer */
+  sync?: SyncService | undefined;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

@@ -213,7 +213,22 @@ export interface SandboxSecretsTable {
 }
 
 /** The one schema type both dialects share. */
+/** `buckets`: a tenant's named S3 credentials; `secret` is sealed with the key of owner `id` (`bkt_…`). */
+export interface BucketsTable {
+  id: string;
+  tenant_id: string;
+  name: string;
+  bucket: string;
+  endpoint: string;
+  region: string;
+  access_key_id: string;
+  secret: string;
+  path_style: number;
+  created_at: string;
+}
+
 export interface DB {
+  buckets: BucketsTable;
   api_keys: ApiKeysTable;
   sandboxes: SandboxesTable;
   sandbox_labels: SandboxLabelsTable;

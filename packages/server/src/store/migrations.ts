@@ -369,3 +369,26 @@ MIGRATIONS['0500_network'] = {
     await db.schema.alterTable('sandboxes').dropColumn('network').execute();
   },
 };
+
+/** Issue 22: a tenant's named bucket credentials (the secret sealed like env values). */
+MIGRATIONS['2200_buckets'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema
+      .createTable('buckets')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('bucket', 'text', (c) => c.notNull())
+      .addColumn('endpoint', 'text', (c) => c.notNull())
+      .addColumn('region', 'text', (c) => c.notNull())
+      .addColumn('access_key_id', 'text', (c) => c.notNull())
+      .addColumn('secret', 'text', (c) => c.notNull())
+      .addColumn('path_style', 'integer', (c) => c.notNull())
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addUniqueConstraint('buckets_tenant_name', ['tenant_id', 'name'])
+      .execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.dropTable('buckets').ifExists().execute();
+  },
+};

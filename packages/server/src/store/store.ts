@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import { AuditStore } from './audit-store.js';
+import { BucketStore } from './bucket-store.js';
 import { type DB, type Dialect, openDatabase } from './database.js';
 import { EnvSealer } from './env-sealer.js';
 import { KeyStore } from './key-store.js';
@@ -24,6 +25,8 @@ export interface Store {
   readonly pool: PoolStore;
   /** The hash-chained audit log. */
   readonly audit: AuditStore;
+  /** A tenant's named bucket credentials (secrets sealed). */
+  readonly buckets: BucketStore;
   /**
    * Destroy env keys whose sandbox or snapshot row is gone (a crash between the row's removal and the key's).
    * @returns the owner ids whose keys were destroyed (none without an env key dir)
@@ -54,6 +57,7 @@ export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): 
   const sealer = options.envKeysDir === undefined ? null : new EnvSealer(options.envKeysDir);
   const sandboxes = new SandboxStore(db, undefined, sealer ?? undefined);
   const snapshots = new SnapshotStore(db, undefined, sealer ?? undefined);
+  const buckets = new BucketStore(db, sealer ?? undefined);
   return {
     db,
     dialect,
@@ -64,11 +68,13 @@ export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): 
     snapshots,
     tenantDefaults: new TenantDefaultsStore(db),
     audit: new AuditStore(db),
+    buckets,
     sweepEnvKeys: async () => {
       if (sealer === null) return [];
       const live = new Set([
         ...(await sandboxes.listAcrossTenants()).map((r) => r.id),
         ...(await snapshots.listAcrossTenants()).map((r) => r.id),
+        ...(await buckets.ids()),
       ]);
       return sealer.sweep(async (ownerId) => live.has(ownerId));
     },
