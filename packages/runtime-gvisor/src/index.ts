@@ -35,3 +35,4 @@ export {
   templateRecipe,
   templateRef,
 } from './template-builder.js';
+export { LoopVolumeHost } from './volume-disks.js';

@@ -156,6 +156,9 @@ export class RequestTimeoutError extends BurrowError {}
  */
 export class RateLimitedError extends BurrowError {}
 
+/** No volume with this name or id exists for the caller's tenant (`volume_not_found`, HTTP 404). */
+export class VolumeNotFoundError extends BurrowError {}
+
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
 const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
@@ -202,6 +205,12 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   sandbox_quarantined: SandboxQuarantinedError,
   request_timeout: RequestTimeoutError,
   rate_limited: RateLimitedError,
+  volume_not_found: VolumeNotFoundError,
+  volume_exists: ConflictError,
+  volume_in_use: ConflictError,
+  volume_mount_invalid: InvalidRequestError,
+  volume_mount_conflict: ConflictError,
+  volume_shrink_refused: InvalidRequestError,
   internal_error: ServerError,
 };
 

@@ -77,6 +77,7 @@ export {
   TemplateNotFoundError,
   UnsupportedError,
   UserNotFoundError,
+  VolumeNotFoundError,
   WebhookNotFoundError,
   WebhookUrlForbiddenError,
 } from './errors.js';
