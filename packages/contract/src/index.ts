@@ -14,3 +14,4 @@ export * from './sandbox.js';
 export * from './snapshots.js';
 export * from './templates.js';
 export * from './tenant-defaults.js';
+export * from './volumes.js';

@@ -130,6 +130,7 @@ export async function prepareBundle(
     mounts: [
       // The exec agent and its host socket (docs/adr/0003); read-only: the sandbox can connect, not tamper.
       { source: paths.agentDir, destination: AGENT_GUEST_DIR, readonly: true },
+      ...(options.volumes ?? []).map((v) => ({ source: v.hostPath, destination: v.path, readonly: v.readOnly })),
     ],
     limits: {
       cgroupsPath: `/${deps.cgroups.parent}/${sandboxId}`,

@@ -2,7 +2,7 @@ import { chmod, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
 import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
-import { GvisorDriver, loadImageKey, type SandboxNetworks } from '@burrow/runtime-gvisor';
+import { GvisorDriver, LoopVolumeHost, loadImageKey, type SandboxNetworks } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
 /** Everything the server needs to know, read once from the environment by {@link loadConfig}. */
 import { type Config, type ConfigOverrides, loadConfig } from './config.js';
@@ -36,6 +36,7 @@ import { SandboxService } from './services/sandbox-service.js';
 import type { Services } from './services/services.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
 import { TenantDefaultsService } from './services/tenant-defaults-service.js';
+import { VolumeService } from './services/volume-service.js';
 import { WarmPool } from './services/warm-pool.js';
 import { WebhookDispatcher } from './services/webhook-dispatcher.js';
 import { EventStore } from './store/event-store.js';
@@ -188,7 +189,18 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     serverDefaults: config.policyDefaults,
     clock,
   });
+  const volumes = new VolumeService({
+    volumes: store.volumes,
+    sandboxes: store.sandboxes,
+    host: new LoopVolumeHost(join(config.dataDir, 'volumes')),
+    mutex,
+    clock,
+    logger: logger.child({ component: 'volumes' }),
+  });
+  // Volumes are mounted on the host before any sandbox that binds one is restored or started.
+  await volumes.reconcile();
   const sandboxes: SandboxService = new SandboxService({
+    volumes,
     pool,
     network: { defaultMode: config.network?.defaultMode ?? 'none' },
     sandboxes: store.sandboxes,
@@ -246,6 +258,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     network: new NetworkService({ sandboxes: store.sandboxes, driver, mutex, clock, logger }),
     tenantDefaults,
     activity,
+    volumes,
     driverName: driver.name,
   };
   const reconciler = new Reconciler({

@@ -571,7 +571,7 @@ export const CreatedWebhookParser: WireParser<z.output<typeof contract.CreatedWe
 export const ErrorEnvelopeParser: WireParser<z.output<typeof contract.ErrorEnvelopeSchema>> = {
   schemaName: 'ErrorEnvelopeSchema',
   parse: lazyParser(() => {
-  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "internal_error"]);
+  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "volume_not_found", "volume_exists", "volume_in_use", "volume_mount_invalid", "volume_mount_conflict", "volume_shrink_refused", "internal_error"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["error"];
@@ -1165,6 +1165,7 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
   const c12 = new Set(["request", "tenant-default", "server-default"]);
+  const c13 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -1485,48 +1486,85 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
       if ("policySources" in v3) return INVALID;
       v104 = undefined;
     }
-    const v112 = v3["createdAt"];
-    if (typeof v112 !== "string") return INVALID;
+    const v112 = v3["volumes"];
+    let v113 = (() => {
+      let v114;
+      if (v112 !== undefined) {
+        if (!Array.isArray(v112)) return INVALID;
+        const v115 = new Array(v112.length);
+        for (let v116 = 0; v116 < v112.length; v116++) {
+          const v117 = v112[v116];
+          if (typeof v117 !== "object" || v117 === null || Array.isArray(v117)) return INVALID;
+          const v118 = v117["volumeId"];
+          if (typeof v118 !== "string") return INVALID;
+          c13.lastIndex = 0;
+          if (!c13.test(v118)) return INVALID;
+          const v119 = v117["name"];
+          if (typeof v119 !== "string") return INVALID;
+          c1.lastIndex = 0;
+          if (!c1.test(v119)) return INVALID;
+          const v120 = v117["sandboxId"];
+          if (typeof v120 !== "string") return INVALID;
+          c0.lastIndex = 0;
+          if (!c0.test(v120)) return INVALID;
+          const v121 = v117["path"];
+          if (typeof v121 !== "string") return INVALID;
+          const v122 = v117["readOnly"];
+          if (typeof v122 !== "boolean") return INVALID;
+          const v123 = { "volumeId": v118, "name": v119, "sandboxId": v120, "path": v121, "readOnly": v122 };
+          v115[v116] = v123;
+        }
+        v114 = v115;
+      }
+      return v114;
+    })();
+    if (v113 === INVALID) {
+      if ("volumes" in v3) return INVALID;
+      v113 = undefined;
+    }
+    const v124 = v3["createdAt"];
+    if (typeof v124 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v112)) return INVALID;
-    const v113 = v3["updatedAt"];
-    if (typeof v113 !== "string") return INVALID;
+    if (!c4.test(v124)) return INVALID;
+    const v125 = v3["updatedAt"];
+    if (typeof v125 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v113)) return INVALID;
-    const v114 = {};
-    v114["id"] = v4;
-    v114["template"] = v5;
-    v114["templateId"] = v6;
-    v114["state"] = v7;
-    v114["conditions"] = v9;
-    v114["env"] = v19;
-    v114["cwd"] = v25;
-    v114["hostname"] = v26;
-    v114["resources"] = v31;
-    v114["labels"] = v33;
-    v114["timeoutMs"] = v40;
-    v114["timeoutAction"] = v41;
-    v114["idleTimeoutMs"] = v43;
-    v114["maxAgeMs"] = v45;
-    v114["pausedRetentionMs"] = v47;
-    v114["snapshotKeepLast"] = v49;
-    v114["expiresAt"] = v51;
-    v114["expiry"] = v53;
-    v114["idleDeadlineAt"] = v59;
-    v114["timeoutAt"] = v61;
-    v114["desiredState"] = v62;
-    v114["autoResume"] = v63;
-    v114["keeps"] = v67;
-    v114["lineage"] = v73;
-    if ("quarantine" in v3) v114["quarantine"] = v75;
-    if ("network" in v3) v114["network"] = v83;
-    if ("policySources" in v3) v114["policySources"] = v104;
-    v114["createdAt"] = v112;
-    v114["updatedAt"] = v113;
-    v1[v2] = v114;
+    if (!c4.test(v125)) return INVALID;
+    const v126 = {};
+    v126["id"] = v4;
+    v126["template"] = v5;
+    v126["templateId"] = v6;
+    v126["state"] = v7;
+    v126["conditions"] = v9;
+    v126["env"] = v19;
+    v126["cwd"] = v25;
+    v126["hostname"] = v26;
+    v126["resources"] = v31;
+    v126["labels"] = v33;
+    v126["timeoutMs"] = v40;
+    v126["timeoutAction"] = v41;
+    v126["idleTimeoutMs"] = v43;
+    v126["maxAgeMs"] = v45;
+    v126["pausedRetentionMs"] = v47;
+    v126["snapshotKeepLast"] = v49;
+    v126["expiresAt"] = v51;
+    v126["expiry"] = v53;
+    v126["idleDeadlineAt"] = v59;
+    v126["timeoutAt"] = v61;
+    v126["desiredState"] = v62;
+    v126["autoResume"] = v63;
+    v126["keeps"] = v67;
+    v126["lineage"] = v73;
+    if ("quarantine" in v3) v126["quarantine"] = v75;
+    if ("network" in v3) v126["network"] = v83;
+    if ("policySources" in v3) v126["policySources"] = v104;
+    if ("volumes" in v3) v126["volumes"] = v113;
+    v126["createdAt"] = v124;
+    v126["updatedAt"] = v125;
+    v1[v2] = v126;
   }
-  const v115 = { "items": v1 };
-  return v115;
+  const v127 = { "items": v1 };
+  return v127;
   };
   }),
 };
@@ -1597,24 +1635,47 @@ export const QuotaParser: WireParser<z.output<typeof contract.QuotaSchema>> = {
     if (v8 > 1000000) return INVALID;
     v9 = v8;
   }
-  const v10 = { "maxRunning": v3, "maxSandboxes": v5, "maxDiskBytes": v7, "maxSnapshots": v9 };
-  const v11 = input["usage"];
-  if (typeof v11 !== "object" || v11 === null || Array.isArray(v11)) return INVALID;
-  const v12 = v11["running"];
-  if (typeof v12 !== "number" || !Number.isFinite(v12)) return INVALID;
-  if (!Number.isSafeInteger(v12)) return INVALID;
-  const v13 = v11["sandboxes"];
-  if (typeof v13 !== "number" || !Number.isFinite(v13)) return INVALID;
-  if (!Number.isSafeInteger(v13)) return INVALID;
-  const v14 = v11["diskBytes"];
-  if (typeof v14 !== "number" || !Number.isFinite(v14)) return INVALID;
-  if (!Number.isSafeInteger(v14)) return INVALID;
-  const v15 = v11["snapshots"];
-  if (typeof v15 !== "number" || !Number.isFinite(v15)) return INVALID;
-  if (!Number.isSafeInteger(v15)) return INVALID;
-  const v16 = { "running": v12, "sandboxes": v13, "diskBytes": v14, "snapshots": v15 };
-  const v17 = { "tenantId": v0, "limits": v10, "usage": v16 };
-  return v17;
+  const v10 = v1["maxVolumes"];
+  let v11 = null;
+  if (v10 !== null) {
+    if (typeof v10 !== "number" || !Number.isFinite(v10)) return INVALID;
+    if (!Number.isSafeInteger(v10)) return INVALID;
+    if (v10 < 0) return INVALID;
+    if (v10 > 1000000) return INVALID;
+    v11 = v10;
+  }
+  const v12 = v1["maxVolumeBytes"];
+  let v13 = null;
+  if (v12 !== null) {
+    if (typeof v12 !== "number" || !Number.isFinite(v12)) return INVALID;
+    if (!Number.isSafeInteger(v12)) return INVALID;
+    if (v12 < 0) return INVALID;
+    v13 = v12;
+  }
+  const v14 = { "maxRunning": v3, "maxSandboxes": v5, "maxDiskBytes": v7, "maxSnapshots": v9, "maxVolumes": v11, "maxVolumeBytes": v13 };
+  const v15 = input["usage"];
+  if (typeof v15 !== "object" || v15 === null || Array.isArray(v15)) return INVALID;
+  const v16 = v15["running"];
+  if (typeof v16 !== "number" || !Number.isFinite(v16)) return INVALID;
+  if (!Number.isSafeInteger(v16)) return INVALID;
+  const v17 = v15["sandboxes"];
+  if (typeof v17 !== "number" || !Number.isFinite(v17)) return INVALID;
+  if (!Number.isSafeInteger(v17)) return INVALID;
+  const v18 = v15["diskBytes"];
+  if (typeof v18 !== "number" || !Number.isFinite(v18)) return INVALID;
+  if (!Number.isSafeInteger(v18)) return INVALID;
+  const v19 = v15["snapshots"];
+  if (typeof v19 !== "number" || !Number.isFinite(v19)) return INVALID;
+  if (!Number.isSafeInteger(v19)) return INVALID;
+  const v20 = v15["volumes"];
+  if (typeof v20 !== "number" || !Number.isFinite(v20)) return INVALID;
+  if (!Number.isSafeInteger(v20)) return INVALID;
+  const v21 = v15["volumeBytes"];
+  if (typeof v21 !== "number" || !Number.isFinite(v21)) return INVALID;
+  if (!Number.isSafeInteger(v21)) return INVALID;
+  const v22 = { "running": v16, "sandboxes": v17, "diskBytes": v18, "snapshots": v19, "volumes": v20, "volumeBytes": v21 };
+  const v23 = { "tenantId": v0, "limits": v14, "usage": v22 };
+  return v23;
   };
   }),
 };
@@ -1720,6 +1781,7 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
   const c12 = new Set(["request", "tenant-default", "server-default"]);
+  const c13 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -2040,54 +2102,91 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
       if ("policySources" in v3) return INVALID;
       v104 = undefined;
     }
-    const v112 = v3["createdAt"];
-    if (typeof v112 !== "string") return INVALID;
+    const v112 = v3["volumes"];
+    let v113 = (() => {
+      let v114;
+      if (v112 !== undefined) {
+        if (!Array.isArray(v112)) return INVALID;
+        const v115 = new Array(v112.length);
+        for (let v116 = 0; v116 < v112.length; v116++) {
+          const v117 = v112[v116];
+          if (typeof v117 !== "object" || v117 === null || Array.isArray(v117)) return INVALID;
+          const v118 = v117["volumeId"];
+          if (typeof v118 !== "string") return INVALID;
+          c13.lastIndex = 0;
+          if (!c13.test(v118)) return INVALID;
+          const v119 = v117["name"];
+          if (typeof v119 !== "string") return INVALID;
+          c1.lastIndex = 0;
+          if (!c1.test(v119)) return INVALID;
+          const v120 = v117["sandboxId"];
+          if (typeof v120 !== "string") return INVALID;
+          c0.lastIndex = 0;
+          if (!c0.test(v120)) return INVALID;
+          const v121 = v117["path"];
+          if (typeof v121 !== "string") return INVALID;
+          const v122 = v117["readOnly"];
+          if (typeof v122 !== "boolean") return INVALID;
+          const v123 = { "volumeId": v118, "name": v119, "sandboxId": v120, "path": v121, "readOnly": v122 };
+          v115[v116] = v123;
+        }
+        v114 = v115;
+      }
+      return v114;
+    })();
+    if (v113 === INVALID) {
+      if ("volumes" in v3) return INVALID;
+      v113 = undefined;
+    }
+    const v124 = v3["createdAt"];
+    if (typeof v124 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v112)) return INVALID;
-    const v113 = v3["updatedAt"];
-    if (typeof v113 !== "string") return INVALID;
+    if (!c4.test(v124)) return INVALID;
+    const v125 = v3["updatedAt"];
+    if (typeof v125 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v113)) return INVALID;
-    const v114 = {};
-    v114["id"] = v4;
-    v114["template"] = v5;
-    v114["templateId"] = v6;
-    v114["state"] = v7;
-    v114["conditions"] = v9;
-    v114["env"] = v19;
-    v114["cwd"] = v25;
-    v114["hostname"] = v26;
-    v114["resources"] = v31;
-    v114["labels"] = v33;
-    v114["timeoutMs"] = v40;
-    v114["timeoutAction"] = v41;
-    v114["idleTimeoutMs"] = v43;
-    v114["maxAgeMs"] = v45;
-    v114["pausedRetentionMs"] = v47;
-    v114["snapshotKeepLast"] = v49;
-    v114["expiresAt"] = v51;
-    v114["expiry"] = v53;
-    v114["idleDeadlineAt"] = v59;
-    v114["timeoutAt"] = v61;
-    v114["desiredState"] = v62;
-    v114["autoResume"] = v63;
-    v114["keeps"] = v67;
-    v114["lineage"] = v73;
-    if ("quarantine" in v3) v114["quarantine"] = v75;
-    if ("network" in v3) v114["network"] = v83;
-    if ("policySources" in v3) v114["policySources"] = v104;
-    v114["createdAt"] = v112;
-    v114["updatedAt"] = v113;
-    v1[v2] = v114;
+    if (!c4.test(v125)) return INVALID;
+    const v126 = {};
+    v126["id"] = v4;
+    v126["template"] = v5;
+    v126["templateId"] = v6;
+    v126["state"] = v7;
+    v126["conditions"] = v9;
+    v126["env"] = v19;
+    v126["cwd"] = v25;
+    v126["hostname"] = v26;
+    v126["resources"] = v31;
+    v126["labels"] = v33;
+    v126["timeoutMs"] = v40;
+    v126["timeoutAction"] = v41;
+    v126["idleTimeoutMs"] = v43;
+    v126["maxAgeMs"] = v45;
+    v126["pausedRetentionMs"] = v47;
+    v126["snapshotKeepLast"] = v49;
+    v126["expiresAt"] = v51;
+    v126["expiry"] = v53;
+    v126["idleDeadlineAt"] = v59;
+    v126["timeoutAt"] = v61;
+    v126["desiredState"] = v62;
+    v126["autoResume"] = v63;
+    v126["keeps"] = v67;
+    v126["lineage"] = v73;
+    if ("quarantine" in v3) v126["quarantine"] = v75;
+    if ("network" in v3) v126["network"] = v83;
+    if ("policySources" in v3) v126["policySources"] = v104;
+    if ("volumes" in v3) v126["volumes"] = v113;
+    v126["createdAt"] = v124;
+    v126["updatedAt"] = v125;
+    v1[v2] = v126;
   }
-  const v115 = input["nextCursor"];
-  let v116 = null;
-  if (v115 !== null) {
-    if (typeof v115 !== "string") return INVALID;
-    v116 = v115;
+  const v127 = input["nextCursor"];
+  let v128 = null;
+  if (v127 !== null) {
+    if (typeof v127 !== "string") return INVALID;
+    v128 = v127;
   }
-  const v117 = { "items": v1, "nextCursor": v116 };
-  return v117;
+  const v129 = { "items": v1, "nextCursor": v128 };
+  return v129;
   };
   }),
 };
@@ -2109,6 +2208,7 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
   const c12 = new Set(["request", "tenant-default", "server-default"]);
+  const c13 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["id"];
@@ -2423,45 +2523,82 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
     if ("policySources" in input) return INVALID;
     v100 = undefined;
   }
-  const v108 = input["createdAt"];
-  if (typeof v108 !== "string") return INVALID;
+  const v108 = input["volumes"];
+  let v109 = (() => {
+    let v110;
+    if (v108 !== undefined) {
+      if (!Array.isArray(v108)) return INVALID;
+      const v111 = new Array(v108.length);
+      for (let v112 = 0; v112 < v108.length; v112++) {
+        const v113 = v108[v112];
+        if (typeof v113 !== "object" || v113 === null || Array.isArray(v113)) return INVALID;
+        const v114 = v113["volumeId"];
+        if (typeof v114 !== "string") return INVALID;
+        c13.lastIndex = 0;
+        if (!c13.test(v114)) return INVALID;
+        const v115 = v113["name"];
+        if (typeof v115 !== "string") return INVALID;
+        c1.lastIndex = 0;
+        if (!c1.test(v115)) return INVALID;
+        const v116 = v113["sandboxId"];
+        if (typeof v116 !== "string") return INVALID;
+        c0.lastIndex = 0;
+        if (!c0.test(v116)) return INVALID;
+        const v117 = v113["path"];
+        if (typeof v117 !== "string") return INVALID;
+        const v118 = v113["readOnly"];
+        if (typeof v118 !== "boolean") return INVALID;
+        const v119 = { "volumeId": v114, "name": v115, "sandboxId": v116, "path": v117, "readOnly": v118 };
+        v111[v112] = v119;
+      }
+      v110 = v111;
+    }
+    return v110;
+  })();
+  if (v109 === INVALID) {
+    if ("volumes" in input) return INVALID;
+    v109 = undefined;
+  }
+  const v120 = input["createdAt"];
+  if (typeof v120 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v108)) return INVALID;
-  const v109 = input["updatedAt"];
-  if (typeof v109 !== "string") return INVALID;
+  if (!c4.test(v120)) return INVALID;
+  const v121 = input["updatedAt"];
+  if (typeof v121 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v109)) return INVALID;
-  const v110 = {};
-  v110["id"] = v0;
-  v110["template"] = v1;
-  v110["templateId"] = v2;
-  v110["state"] = v3;
-  v110["conditions"] = v5;
-  v110["env"] = v15;
-  v110["cwd"] = v21;
-  v110["hostname"] = v22;
-  v110["resources"] = v27;
-  v110["labels"] = v29;
-  v110["timeoutMs"] = v36;
-  v110["timeoutAction"] = v37;
-  v110["idleTimeoutMs"] = v39;
-  v110["maxAgeMs"] = v41;
-  v110["pausedRetentionMs"] = v43;
-  v110["snapshotKeepLast"] = v45;
-  v110["expiresAt"] = v47;
-  v110["expiry"] = v49;
-  v110["idleDeadlineAt"] = v55;
-  v110["timeoutAt"] = v57;
-  v110["desiredState"] = v58;
-  v110["autoResume"] = v59;
-  v110["keeps"] = v63;
-  v110["lineage"] = v69;
-  if ("quarantine" in input) v110["quarantine"] = v71;
-  if ("network" in input) v110["network"] = v79;
-  if ("policySources" in input) v110["policySources"] = v100;
-  v110["createdAt"] = v108;
-  v110["updatedAt"] = v109;
-  return v110;
+  if (!c4.test(v121)) return INVALID;
+  const v122 = {};
+  v122["id"] = v0;
+  v122["template"] = v1;
+  v122["templateId"] = v2;
+  v122["state"] = v3;
+  v122["conditions"] = v5;
+  v122["env"] = v15;
+  v122["cwd"] = v21;
+  v122["hostname"] = v22;
+  v122["resources"] = v27;
+  v122["labels"] = v29;
+  v122["timeoutMs"] = v36;
+  v122["timeoutAction"] = v37;
+  v122["idleTimeoutMs"] = v39;
+  v122["maxAgeMs"] = v41;
+  v122["pausedRetentionMs"] = v43;
+  v122["snapshotKeepLast"] = v45;
+  v122["expiresAt"] = v47;
+  v122["expiry"] = v49;
+  v122["idleDeadlineAt"] = v55;
+  v122["timeoutAt"] = v57;
+  v122["desiredState"] = v58;
+  v122["autoResume"] = v59;
+  v122["keeps"] = v63;
+  v122["lineage"] = v69;
+  if ("quarantine" in input) v122["quarantine"] = v71;
+  if ("network" in input) v122["network"] = v79;
+  if ("policySources" in input) v122["policySources"] = v100;
+  if ("volumes" in input) v122["volumes"] = v109;
+  v122["createdAt"] = v120;
+  v122["updatedAt"] = v121;
+  return v122;
   };
   }),
 };

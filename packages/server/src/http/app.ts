@@ -36,6 +36,7 @@ import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './prin
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
+import { registerVolumeRoutes } from './volume-routes.js';
 import type { ZodApp } from './zod-app.js';
 
 /** Server version reported by `/v1/health` and the OpenAPI document. */
@@ -185,6 +186,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerLifecycleRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerNetworkRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerHygieneRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerVolumeRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );

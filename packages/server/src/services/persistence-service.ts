@@ -32,6 +32,7 @@ import type { Principal } from './key-service.js';
 import type { Metrics } from './metrics.js';
 import { SnapshotStoreError } from './s3-errors.js';
 import type { TemplateService } from './template-service.js';
+import type { VolumeService } from './volume-service.js';
 
 /** What the persistence verbs need of the sandbox service: read a row the caller may see, and show it. */
 export interface SandboxLookup {
@@ -55,6 +56,8 @@ export interface PersistenceDeps {
   metrics?: Metrics | undefined;
   /** Records `snapshot_created` / `snapshot_deleted` in the transaction of the row change they report. */
   events?: EventService | undefined;
+  /** The sandboxes' volume mounts (absent: none). */
+  volumes?: VolumeService | undefined;
 }
 
 /** A snapshot row as the API shows it, with its upload state in a remote store (null for a local one). */
@@ -552,6 +555,7 @@ export class PersistenceService {
       resources,
       hostname: record.hostname,
       network: record.network ?? undefined,
+      volumes: await this.deps.volumes?.bindsOf(record.id),
     };
   }
 

@@ -40,6 +40,7 @@ import type { Metrics } from './metrics.js';
 import { type NetworkSettings, networkView, resolveNetworkPolicy } from './network-service.js';
 import { PersistenceService, runtimeFailure } from './persistence-service.js';
 import type { TemplateService } from './template-service.js';
+import type { MountRequest, VolumeService } from './volume-service.js';
 import type { WarmPool } from './warm-pool.js';
 
 /** A create request after contract defaults are applied. */
@@ -66,6 +67,8 @@ export interface CreateSandboxInput {
   restoreMemory?: boolean | undefined;
   /** Network policy; absent: {@link NetworkSettings.defaultMode} with no rules. */
   network?: NetworkPolicyRequestParsed | undefined;
+  /** Volumes to mount. @default none */
+  volumes?: readonly MountRequest[] | undefined;
 }
 
 /** List query after contract parsing. */
@@ -104,6 +107,8 @@ export interface SandboxServiceDeps {
   pool?: WarmPool | undefined;
   /** The operator's network defaults. @default `{ defaultMode: 'none' }` */
   network?: NetworkSettings | undefined;
+  /** Volume mounts of sandboxes (absent: a create that asks for volumes is refused). */
+  volumes?: VolumeService | undefined;
 }
 
 /** The API view of a sandbox row. */
@@ -211,7 +216,11 @@ export class SandboxService {
             memoryMiB: restoreMemory ? snapshot.settings.memoryMiB : (input.memoryMiB ?? snapshot.settings.memoryMiB),
             diskMiB: snapshot.settings.diskMiB,
           };
-    if (snapshot === null && this.deps.pool !== undefined) {
+    const wantsVolumes = (input.volumes?.length ?? 0) > 0;
+    if (wantsVolumes && this.deps.volumes === undefined) {
+      throw new ApiError(ErrorCode.unsupported, 'this server has no volumes', { hint: 'leave volumes out' });
+    }
+    if (snapshot === null && this.deps.pool !== undefined && !wantsVolumes) {
       // Fast path: a pool sandbox of the same template and resources, handed over by one conditional update.
       const claimed = await this.deps.pool.claim({
         tenantId: caller.tenantId,
@@ -265,7 +274,8 @@ export class SandboxService {
           policySources: sources,
         },
       };
-      await this.deps.sandboxes.insert(record);
+      const mounts = (await this.deps.volumes?.resolveMounts(caller.tenantId, id, input.volumes ?? [])) ?? [];
+      await this.deps.sandboxes.insert(record, { also: this.deps.volumes?.insertMounts(mounts) });
       const startedMs = this.deps.clock.nowMs();
       try {
         const options = {
@@ -274,6 +284,7 @@ export class SandboxService {
           resources,
           hostname: record.hostname,
           network: record.network ?? undefined,
+          volumes: this.deps.volumes?.binds(mounts),
         };
         if (snapshot === null) await this.deps.driver.create(options);
         else {
@@ -293,7 +304,9 @@ export class SandboxService {
           'sandbox created',
         );
         this.deps.metrics?.createFinished(id, true, startedMs, this.deps.clock.nowMs());
-        return this.view(running);
+        return mounts.length === 0
+          ? this.view(running)
+          : { ...this.view(running), volumes: await this.deps.volumes?.mountsView(id) };
       } catch (error) {
         logger.warn({ err: error }, 'sandbox create failed; removing what it left');
         this.deps.metrics?.createFinished(id, false, startedMs, this.deps.clock.nowMs());
@@ -352,7 +365,11 @@ export class SandboxService {
       const record = await this.require(caller.tenantId, id);
       const view = toSandboxSeen(await this.refresh(record), this.activityOf(id));
       const usage = await this.deps.driver.networkUsage?.(id).catch(() => null);
-      return usage === null || usage === undefined ? view : { ...view, network: networkView(record, usage) };
+      const volumes = await this.deps.volumes?.mountsView(id);
+      const withVolumes = volumes === undefined || volumes.length === 0 ? view : { ...view, volumes };
+      return usage === null || usage === undefined
+        ? withVolumes
+        : { ...withVolumes, network: networkView(record, usage) };
     });
   }
 

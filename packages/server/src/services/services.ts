@@ -12,6 +12,7 @@ import type { QuotaService } from './quota-service.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { TemplateService } from './template-service.js';
 import type { TenantDefaultsService } from './tenant-defaults-service.js';
+import type { VolumeService } from './volume-service.js';
 
 /** Every service the HTTP layer calls. */
 export interface Services {
@@ -37,6 +38,8 @@ export interface Services {
   tenantDefaults?: TenantDefaultsService | undefined;
   /** Activity for the idle policy (streams hold it while open). @default absent in the OpenAPI writer */
   activity?: ActivityTracker | undefined;
+  /** Volumes, their snapshots and forks. */
+  volumes: VolumeService;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

@@ -8,6 +8,7 @@ import { SandboxStore } from './sandbox-store.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { TemplateStore } from './template-store.js';
 import { TenantDefaultsStore } from './tenant-defaults-store.js';
+import { VolumeStore } from './volume-store.js';
 
 /** Every table's accessors over one database connection. */
 export interface Store {
@@ -21,6 +22,8 @@ export interface Store {
   readonly tenantDefaults: TenantDefaultsStore;
   /** Warm-pool rows (tenant `_pool`) and the atomic claim. */
   readonly pool: PoolStore;
+  /** Volumes and their mounts. */
+  readonly volumes: VolumeStore;
   /**
    * Destroy env keys whose sandbox or snapshot row is gone (a crash between the row's removal and the key's).
    * @returns the owner ids whose keys were destroyed (none without an env key dir)
@@ -60,6 +63,7 @@ export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): 
     templates: new TemplateStore(db),
     snapshots,
     tenantDefaults: new TenantDefaultsStore(db),
+    volumes: new VolumeStore(db),
     sweepEnvKeys: async () => {
       if (sealer === null) return [];
       const live = new Set([
