@@ -47,6 +47,8 @@ export const WIRE_SCHEMAS = [
   'TemplateListSchema',
   'TemplateSchema',
   'TenantDefaultsSchema',
+  'VolumeListSchema',
+  'VolumeSchema',
   'WebhookListSchema',
 ] as const satisfies readonly (keyof typeof contract)[];
 
