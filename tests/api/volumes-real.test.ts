@@ -26,7 +26,10 @@ describe('volumes (real runsc)', () => {
   const api = async (method: string, path: string, body?: unknown) => {
     const response = await fetch(`${url}/v1${path}`, {
       method,
-      headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: {
+        authorization: `Bearer ${key}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     });
     const text = await response.text();
@@ -144,7 +147,10 @@ describe('volumes (real runsc)', () => {
     const writer = (tag: string) =>
       `for i in $(seq 1 50); do echo ${tag}$i >> /shared/own-${tag}; flock /shared/lock sh -c 'echo ${tag}$0 >> /shared/one' $i; done`;
     await Promise.all([sh(d, writer('d')), sh(e, writer('e'))]);
-    const counted = await sh(d, 'wc -l < /shared/own-d; wc -l < /shared/own-e; wc -l < /shared/one; sort /shared/one | uniq | wc -l');
+    const counted = await sh(
+      d,
+      'wc -l < /shared/own-d; wc -l < /shared/own-e; wc -l < /shared/one; sort /shared/one | uniq | wc -l',
+    );
     expect(counted.out.split('\n')).toEqual(['50', '50', '100', '100']);
     // flock is per sandbox (each gVisor kernel keeps its own lock table): E takes the lock D holds. The appends
     // above lose nothing because each is one O_APPEND write the host applies whole. mkdir is the host's, and

@@ -13,6 +13,7 @@ import { registerSandboxCommands } from './commands/sandbox-commands.js';
 import { registerServerCommands } from './commands/server-commands.js';
 import { registerTemplateCommands } from './commands/template-commands.js';
 import { registerTenantCommands } from './commands/tenant-commands.js';
+import { registerVolumeCommands } from './commands/volume-commands.js';
 
 /** Mutable outcome of one CLI run, written by commands that choose their own exit code. */
 export interface ProgramContext extends CliContext {
@@ -47,6 +48,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerTenantCommands(program, context);
   registerServerCommands(program, context);
   registerE2bCommands(program, context);
+  registerVolumeCommands(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
   return program;
 }

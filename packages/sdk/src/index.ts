@@ -22,6 +22,8 @@ export type {
   Snapshot,
   Template,
   UpdateSandboxRequest,
+  Volume as VolumeInfo,
+  VolumeMount,
   Webhook,
 } from '@burrow/contract';
 export {
@@ -112,3 +114,4 @@ export {
 export { Network } from './network.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';
+export { type CreateVolumeOptions, type ListVolumesOptions, Volume, type VolumeFiles } from './volumes.js';

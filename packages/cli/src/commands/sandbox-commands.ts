@@ -4,6 +4,7 @@ import { type CliContext, connectionFor, formatTable, type GlobalOptions, loadSd
 import { UsageError } from '../exit-codes.js';
 import { collect, keyValueRecord, parsePositiveInt, parsePositiveNumber } from '../key-value-parse.js';
 import { describeNetwork, type NetworkFlags, networkOptions, networkRequest } from './network-commands.js';
+import { parseVolumeFlag } from './volume-commands.js';
 
 interface CreateOptions extends GlobalOptions, NetworkFlags {
   template?: string;
@@ -21,6 +22,7 @@ interface CreateOptions extends GlobalOptions, NetworkFlags {
   fromSnapshot?: string;
   fsOnly?: boolean;
   autoResume?: boolean;
+  volume?: string[];
   json?: boolean;
 }
 
@@ -73,7 +75,8 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--keep-snapshots <n>', 'keep only the newest N snapshots of this sandbox (default: all)')
     .option('--from-snapshot <name>', 'start from this snapshot (name or id), processes and memory included')
     .option('--fs-only', 'with --from-snapshot: boot on its files only, without its processes and memory')
-    .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it');
+    .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it')
+    .option('--volume <NAME:/path[:ro]>', 'mount a volume (repeatable; :ro read-only)', collect);
   networkOptions(create)
     .option('--json', 'print the sandbox as JSON')
     .action(async (_options: CreateOptions, command: Command) => {
@@ -101,6 +104,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
       if (options.autoResume === false) request.autoResume = false;
       const network = networkRequest(options);
       if (network !== undefined) request.network = network;
+      if (options.volume !== undefined) request.volumes = options.volume.map(parseVolumeFlag);
       const created = await Sandbox.create({ ...request, ...connectionFor(context, options) });
       if (options.json === true) printJson(context, created.info);
       else context.stdout.write(`${created.id}\n`);

@@ -3250,6 +3250,255 @@ export const TenantDefaultsParser: WireParser<z.output<typeof contract.TenantDef
   }),
 };
 
+/** Parses like `VolumeListSchema.safeParse`: the value, or INVALID. */
+export const VolumeListParser: WireParser<z.output<typeof contract.VolumeListSchema>> = {
+  schemaName: 'VolumeListSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
+  const c1 = new RegExp("^[a-z0-9][a-z0-9-]{0,62}$", "");
+  const c2 = new Set(["volume", "snapshot"]);
+  const c3 = isPlainObject;
+  const c4 = Object.prototype.propertyIsEnumerable;
+  const c5 = new Set(["reflink", "sparse-copy"]);
+  const c6 = new RegExp("^sbx_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
+  const c7 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["items"];
+  if (!Array.isArray(v0)) return INVALID;
+  const v1 = new Array(v0.length);
+  for (let v2 = 0; v2 < v0.length; v2++) {
+    const v3 = v0[v2];
+    if (typeof v3 !== "object" || v3 === null || Array.isArray(v3)) return INVALID;
+    const v4 = v3["id"];
+    if (typeof v4 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v4)) return INVALID;
+    const v5 = v3["name"];
+    if (typeof v5 !== "string") return INVALID;
+    c1.lastIndex = 0;
+    if (!c1.test(v5)) return INVALID;
+    const v6 = v3["kind"];
+    if (!c2.has(v6)) return INVALID;
+    const v7 = v3["sizeMiB"];
+    if (typeof v7 !== "number" || !Number.isFinite(v7)) return INVALID;
+    if (!Number.isSafeInteger(v7)) return INVALID;
+    const v8 = v3["usedBytes"];
+    let v9 = null;
+    if (v8 !== null) {
+      if (typeof v8 !== "number" || !Number.isFinite(v8)) return INVALID;
+      if (!Number.isSafeInteger(v8)) return INVALID;
+      v9 = v8;
+    }
+    const v10 = v3["labels"];
+    if (!c3(v10)) return INVALID;
+    const v11 = {};
+    const v14 = Object.getOwnPropertySymbols(v10);
+    const v15 = Object.getOwnPropertyNames(v10);
+    for (let v16 = 0; v16 < v15.length; v16++) {
+      const v12 = v15[v16];
+      if (v12 === "__proto__" || !c4.call(v10, v12)) continue;
+      const v13 = v10[v12];
+      if (typeof v13 !== "string") return INVALID;
+      v11[v12] = v13;
+    }
+    for (let v16 = 0; v16 < v14.length; v16++) {
+      const v12 = v14[v16];
+      if (!c4.call(v10, v12)) continue;
+      return INVALID;
+    }
+    const v17 = v3["shared"];
+    if (typeof v17 !== "boolean") return INVALID;
+    const v18 = v3["lineage"];
+    if (typeof v18 !== "object" || v18 === null || Array.isArray(v18)) return INVALID;
+    const v19 = v18["sourceId"];
+    let v20 = null;
+    if (v19 !== null) {
+      if (typeof v19 !== "string") return INVALID;
+      c0.lastIndex = 0;
+      if (!c0.test(v19)) return INVALID;
+      v20 = v19;
+    }
+    const v21 = v18["copyMethod"];
+    let v22 = null;
+    if (v21 !== null) {
+      if (!c5.has(v21)) return INVALID;
+      v22 = v21;
+    }
+    const v23 = { "sourceId": v20, "copyMethod": v22 };
+    const v24 = v3["mounts"];
+    if (!Array.isArray(v24)) return INVALID;
+    const v25 = new Array(v24.length);
+    for (let v26 = 0; v26 < v24.length; v26++) {
+      const v27 = v24[v26];
+      if (typeof v27 !== "object" || v27 === null || Array.isArray(v27)) return INVALID;
+      const v28 = v27["volumeId"];
+      if (typeof v28 !== "string") return INVALID;
+      c0.lastIndex = 0;
+      if (!c0.test(v28)) return INVALID;
+      const v29 = v27["name"];
+      if (typeof v29 !== "string") return INVALID;
+      c1.lastIndex = 0;
+      if (!c1.test(v29)) return INVALID;
+      const v30 = v27["sandboxId"];
+      if (typeof v30 !== "string") return INVALID;
+      c6.lastIndex = 0;
+      if (!c6.test(v30)) return INVALID;
+      const v31 = v27["path"];
+      if (typeof v31 !== "string") return INVALID;
+      const v32 = v27["readOnly"];
+      if (typeof v32 !== "boolean") return INVALID;
+      const v33 = { "volumeId": v28, "name": v29, "sandboxId": v30, "path": v31, "readOnly": v32 };
+      v25[v26] = v33;
+    }
+    const v34 = v3["expiresAt"];
+    let v35 = null;
+    if (v34 !== null) {
+      if (typeof v34 !== "string") return INVALID;
+      c7.lastIndex = 0;
+      if (!c7.test(v34)) return INVALID;
+      v35 = v34;
+    }
+    const v36 = v3["createdAt"];
+    if (typeof v36 !== "string") return INVALID;
+    c7.lastIndex = 0;
+    if (!c7.test(v36)) return INVALID;
+    const v37 = v3["updatedAt"];
+    if (typeof v37 !== "string") return INVALID;
+    c7.lastIndex = 0;
+    if (!c7.test(v37)) return INVALID;
+    const v38 = { "id": v4, "name": v5, "kind": v6, "sizeMiB": v7, "usedBytes": v9, "labels": v11, "shared": v17, "lineage": v23, "mounts": v25, "expiresAt": v35, "createdAt": v36, "updatedAt": v37 };
+    v1[v2] = v38;
+  }
+  const v39 = input["nextCursor"];
+  let v40 = null;
+  if (v39 !== null) {
+    if (typeof v39 !== "string") return INVALID;
+    v40 = v39;
+  }
+  const v41 = { "items": v1, "nextCursor": v40 };
+  return v41;
+  };
+  }),
+};
+
+/** Parses like `VolumeSchema.safeParse`: the value, or INVALID. */
+export const VolumeParser: WireParser<z.output<typeof contract.VolumeSchema>> = {
+  schemaName: 'VolumeSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
+  const c1 = new RegExp("^[a-z0-9][a-z0-9-]{0,62}$", "");
+  const c2 = new Set(["volume", "snapshot"]);
+  const c3 = isPlainObject;
+  const c4 = Object.prototype.propertyIsEnumerable;
+  const c5 = new Set(["reflink", "sparse-copy"]);
+  const c6 = new RegExp("^sbx_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
+  const c7 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["id"];
+  if (typeof v0 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v0)) return INVALID;
+  const v1 = input["name"];
+  if (typeof v1 !== "string") return INVALID;
+  c1.lastIndex = 0;
+  if (!c1.test(v1)) return INVALID;
+  const v2 = input["kind"];
+  if (!c2.has(v2)) return INVALID;
+  const v3 = input["sizeMiB"];
+  if (typeof v3 !== "number" || !Number.isFinite(v3)) return INVALID;
+  if (!Number.isSafeInteger(v3)) return INVALID;
+  const v4 = input["usedBytes"];
+  let v5 = null;
+  if (v4 !== null) {
+    if (typeof v4 !== "number" || !Number.isFinite(v4)) return INVALID;
+    if (!Number.isSafeInteger(v4)) return INVALID;
+    v5 = v4;
+  }
+  const v6 = input["labels"];
+  if (!c3(v6)) return INVALID;
+  const v7 = {};
+  const v10 = Object.getOwnPropertySymbols(v6);
+  const v11 = Object.getOwnPropertyNames(v6);
+  for (let v12 = 0; v12 < v11.length; v12++) {
+    const v8 = v11[v12];
+    if (v8 === "__proto__" || !c4.call(v6, v8)) continue;
+    const v9 = v6[v8];
+    if (typeof v9 !== "string") return INVALID;
+    v7[v8] = v9;
+  }
+  for (let v12 = 0; v12 < v10.length; v12++) {
+    const v8 = v10[v12];
+    if (!c4.call(v6, v8)) continue;
+    return INVALID;
+  }
+  const v13 = input["shared"];
+  if (typeof v13 !== "boolean") return INVALID;
+  const v14 = input["lineage"];
+  if (typeof v14 !== "object" || v14 === null || Array.isArray(v14)) return INVALID;
+  const v15 = v14["sourceId"];
+  let v16 = null;
+  if (v15 !== null) {
+    if (typeof v15 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v15)) return INVALID;
+    v16 = v15;
+  }
+  const v17 = v14["copyMethod"];
+  let v18 = null;
+  if (v17 !== null) {
+    if (!c5.has(v17)) return INVALID;
+    v18 = v17;
+  }
+  const v19 = { "sourceId": v16, "copyMethod": v18 };
+  const v20 = input["mounts"];
+  if (!Array.isArray(v20)) return INVALID;
+  const v21 = new Array(v20.length);
+  for (let v22 = 0; v22 < v20.length; v22++) {
+    const v23 = v20[v22];
+    if (typeof v23 !== "object" || v23 === null || Array.isArray(v23)) return INVALID;
+    const v24 = v23["volumeId"];
+    if (typeof v24 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v24)) return INVALID;
+    const v25 = v23["name"];
+    if (typeof v25 !== "string") return INVALID;
+    c1.lastIndex = 0;
+    if (!c1.test(v25)) return INVALID;
+    const v26 = v23["sandboxId"];
+    if (typeof v26 !== "string") return INVALID;
+    c6.lastIndex = 0;
+    if (!c6.test(v26)) return INVALID;
+    const v27 = v23["path"];
+    if (typeof v27 !== "string") return INVALID;
+    const v28 = v23["readOnly"];
+    if (typeof v28 !== "boolean") return INVALID;
+    const v29 = { "volumeId": v24, "name": v25, "sandboxId": v26, "path": v27, "readOnly": v28 };
+    v21[v22] = v29;
+  }
+  const v30 = input["expiresAt"];
+  let v31 = null;
+  if (v30 !== null) {
+    if (typeof v30 !== "string") return INVALID;
+    c7.lastIndex = 0;
+    if (!c7.test(v30)) return INVALID;
+    v31 = v30;
+  }
+  const v32 = input["createdAt"];
+  if (typeof v32 !== "string") return INVALID;
+  c7.lastIndex = 0;
+  if (!c7.test(v32)) return INVALID;
+  const v33 = input["updatedAt"];
+  if (typeof v33 !== "string") return INVALID;
+  c7.lastIndex = 0;
+  if (!c7.test(v33)) return INVALID;
+  const v34 = { "id": v0, "name": v1, "kind": v2, "sizeMiB": v3, "usedBytes": v5, "labels": v7, "shared": v13, "lineage": v19, "mounts": v21, "expiresAt": v31, "createdAt": v32, "updatedAt": v33 };
+  return v34;
+  };
+  }),
+};
+
 /** Parses like `WebhookListSchema.safeParse`: the value, or INVALID. */
 export const WebhookListParser: WireParser<z.output<typeof contract.WebhookListSchema>> = {
   schemaName: 'WebhookListSchema',

@@ -36,6 +36,7 @@ import { actingPrincipal, bearerSecret, missingKey, TENANT_HEADER } from './prin
 import { registerUnknownQueryGuard } from './query-guard.js';
 import { registerSandboxRoutes } from './sandbox-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
+import { registerVolumeFileRoutes } from './volume-file-routes.js';
 import { registerVolumeRoutes } from './volume-routes.js';
 import type { ZodApp } from './zod-app.js';
 
@@ -192,8 +193,12 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
   );
   registerMetricsRoute(app, services);
   // File routes get their own scope: only there is application/octet-stream accepted (streamed, not buffered).
-  await app.register(async (scope) => registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services), {
-    prefix: '/v1',
-  });
+  await app.register(
+    async (scope) => {
+      registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerVolumeFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+    },
+    { prefix: '/v1' },
+  );
   return app;
 }

@@ -6,7 +6,7 @@ import {
   type VolumeList,
   type VolumeMount,
 } from '@burrow/contract';
-import type { VolumeBind, VolumeHost } from '@burrow/runtime';
+import { SandboxFs, type VolumeBind, type VolumeHost } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { SandboxStore } from '../store/sandbox-store.js';
 import type { VolumeMountRecord, VolumeRecord, VolumeStore } from '../store/volume-store.js';
@@ -385,10 +385,13 @@ export class VolumeService {
     };
   }
 
-  /** Host path of a ready volume's root, for file calls. @throws ApiError `volume_not_found` */
-  async rootDir(tenantId: string, ref: string): Promise<{ record: VolumeRecord; dir: string }> {
-    const record = await this.require(tenantId, ref);
-    return { record, dir: this.deps.host.rootDir(record.id) };
+  /**
+   * Run `fn` with the file view of volume `ref`, resolved inside its root like a sandbox's files.
+   * @throws ApiError `volume_not_found`; whatever `fn` throws (FsError for file failures)
+   */
+  async withFiles<T>(caller: Principal, ref: string, fn: (fs: SandboxFs) => Promise<T>): Promise<T> {
+    const record = await this.require(caller.tenantId, ref);
+    return fn(new SandboxFs(this.deps.host.rootDir(record.id)));
   }
 
   /**
