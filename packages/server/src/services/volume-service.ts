@@ -1,5 +1,6 @@
 import {
   ErrorCode,
+  type ForkVolumes,
   mountPathProblem,
   mountPathsOverlap,
   type Volume,
@@ -348,6 +349,79 @@ export class VolumeService {
       });
     }
     return resolved;
+  }
+
+  /**
+   * The mounts of each fork child of `parentId` by `mode`: read-only and `shared` mounts are the parent's; a read-write
+   * mount of another volume is, per child, a fork of it named `<volume>-<child id suffix>` (`fork`), the same
+   * volume read-only (`share-readonly`), or refused (`refuse`). Forks are made here (before the sandbox fork: writes
+   * the parent makes between the two are not in the child's copy); {@link undoFork} removes them.
+   * @throws ApiError `volume_mount_conflict` (`refuse` with a read-write mount); QuotaExceededError
+   */
+  async planFork(
+    tenantId: string,
+    parentId: string,
+    childIds: readonly string[],
+    mode: ForkVolumes,
+  ): Promise<{ mounts: Map<string, ResolvedMount[]>; made: string[] }> {
+    const parentMounts = await this.deps.volumes.mountsOfSandbox(parentId);
+    const mounts = new Map<string, ResolvedMount[]>();
+    const made: string[] = [];
+    if (parentMounts.length === 0) return { mounts, made };
+    const volumes = new Map<string, VolumeRecord>();
+    for (const m of parentMounts) {
+      const volume = await this.deps.volumes.get(tenantId, m.volumeId);
+      if (volume === null) throw volumeNotFound(m.volumeId);
+      volumes.set(m.volumeId, volume);
+      if (mode === 'refuse' && !m.readOnly && !volume.shared) {
+        throw new ApiError(
+          ErrorCode.volumeMountConflict,
+          `sandbox ${parentId} mounts volume ${volume.name} read-write; the fork asked to refuse that`,
+          {
+            hint: "pass volumes: 'fork' (a copy per child) or 'share-readonly' (CLI --volumes)",
+            details: { volumeId: volume.id },
+          },
+        );
+      }
+    }
+    try {
+      for (const childId of childIds) {
+        const list: ResolvedMount[] = [];
+        for (const m of parentMounts) {
+          const volume = volumes.get(m.volumeId) as VolumeRecord;
+          const base = { ...m, sandboxId: childId, shared: volume.shared, name: volume.name };
+          if (m.readOnly || volume.shared) list.push(base);
+          else if (mode === 'share-readonly') list.push({ ...base, readOnly: true });
+          else {
+            const caller: Principal = { keyId: 'system:fork', tenantId, role: 'admin' };
+            const name = `${volume.name.slice(0, 40)}-${childId.slice(-12)}`;
+            const copy = await this.copy(caller, volume.id, 'fork', {
+              name,
+              labels: { 'burrow.dev/fork-of': parentId },
+            });
+            made.push(copy.id);
+            list.push({ ...base, volumeId: copy.id, name, shared: false });
+          }
+        }
+        mounts.set(childId, list);
+      }
+    } catch (error) {
+      await this.undoFork(tenantId, made);
+      throw error;
+    }
+    return { mounts, made };
+  }
+
+  /** Delete the volume forks {@link planFork} made (a sandbox fork that failed). */
+  async undoFork(tenantId: string, made: readonly string[]): Promise<void> {
+    for (const id of made) {
+      await this.deps.mutex.run(`volume:${id}`, async () => {
+        await this.deps.host
+          .delete(id)
+          .catch((error: unknown) => this.deps.logger.warn({ err: error, volumeId: id }, 'volume fork left'));
+        await this.deps.volumes.remove(tenantId, id);
+      });
+    }
   }
 
   /** Inside the sandbox insert's transaction: the mount rows (a conflicting read-write mount rolls it back). */
