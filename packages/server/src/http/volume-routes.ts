@@ -35,7 +35,7 @@ export function registerVolumeRoutes(app: ZodApp, services: Services): void {
       schema: {
         tags,
         summary: 'List your volumes and volume snapshots (filters: kind, sourceId, label=k=v; cursor pagination)',
-        querystring: ListVolumesQuerySchema,
+        querystring: z.object(ListVolumesQuerySchema.shape),
         response: { 200: VolumeListSchema, ...ERROR_RESPONSES },
       },
     },
