@@ -31,6 +31,18 @@ function rawBody(request: FastifyRequest): Readable {
   });
 }
 
+/** Read a request body to its end (or its failure), dropping the bytes. */
+function drain(body: Readable): Promise<void> {
+  if (body.readableEnded || body.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    body
+      .once('end', resolve)
+      .once('error', () => resolve())
+      .once('close', () => resolve());
+    body.resume();
+  });
+}
+
 /**
  * `/v1/volumes/{ref}/files…` without a sandbox: list, stat, read, write, remove, tar in and out, resolved inside the
  * volume's root by the same {@link SandboxFs} as sandbox files (paths are absolute within the volume: `/a.txt` is
@@ -39,10 +51,17 @@ function rawBody(request: FastifyRequest): Readable {
  */
 export function registerVolumeFileRoutes(app: ZodApp, services: Services): void {
   const tags = ['volumes'];
-  const withFs = async <T>(request: FastifyRequest, ref: string, fn: (fs: SandboxFs) => Promise<T>): Promise<T> => {
+  const withFs = async <T>(
+    request: FastifyRequest,
+    ref: string,
+    fn: (fs: SandboxFs) => Promise<T>,
+    body?: Readable,
+  ): Promise<T> => {
     try {
-      return await services.volumes.withFiles(principalOf(request), ref, fn);
+      return await services.volumes.withFiles(principalOf(request), ref, fn, { write: body !== undefined });
     } catch (error) {
+      // The answer goes out once the body is read: a client still sending would see its connection reset.
+      if (body !== undefined) await drain(body);
       throw mapFsError(error);
     }
   };
@@ -124,7 +143,7 @@ export function registerVolumeFileRoutes(app: ZodApp, services: Services): void 
     async (request) => {
       const body = rawBody(request);
       const mode = Number.parseInt(request.query.mode, 8);
-      return withFs(request, request.params.ref, (fs) => fs.write(request.query.path, body, { mode }));
+      return withFs(request, request.params.ref, (fs) => fs.write(request.query.path, body, { mode }), body);
     },
   );
   app.delete(
@@ -159,7 +178,7 @@ export function registerVolumeFileRoutes(app: ZodApp, services: Services): void 
     },
     async (request) => {
       const body = rawBody(request);
-      return withFs(request, request.params.ref, (fs) => extractArchive(fs, request.query.path, body));
+      return withFs(request, request.params.ref, (fs) => extractArchive(fs, request.query.path, body), body);
     },
   );
   app.get(

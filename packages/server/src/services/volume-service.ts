@@ -461,10 +461,21 @@ export class VolumeService {
 
   /**
    * Run `fn` with the file view of volume `ref`, resolved inside its root like a sandbox's files.
-   * @throws ApiError `volume_not_found`; whatever `fn` throws (FsError for file failures)
+   * @throws ApiError `volume_not_found`, `forbidden` (`write` on a volume snapshot); whatever `fn` throws (FsError
+   *   for file failures)
    */
-  async withFiles<T>(caller: Principal, ref: string, fn: (fs: SandboxFs) => Promise<T>): Promise<T> {
+  async withFiles<T>(
+    caller: Principal,
+    ref: string,
+    fn: (fs: SandboxFs) => Promise<T>,
+    options: { write?: boolean } = {},
+  ): Promise<T> {
     const record = await this.require(caller.tenantId, ref);
+    if (options.write === true && record.kind === 'snapshot') {
+      throw new ApiError(ErrorCode.forbidden, `volume snapshot ${record.name} is read-only (EROFS)`, {
+        hint: 'fork it (`burrow volume fork`) and write to the fork',
+      });
+    }
     return fn(new SandboxFs(this.deps.host.rootDir(record.id)));
   }
 
