@@ -1,6 +1,6 @@
 import { mkdir, open, readdir, rename, rm, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
-import { RuntimeError, type VolumeHost, type VolumeUsage } from '@burrow/runtime';
+import { crashPoint, RuntimeError, type VolumeHost, type VolumeUsage } from '@burrow/runtime';
 import {
   createDiskImage,
   detachLoopDevices,
@@ -158,6 +158,7 @@ export class LoopVolumeHost implements VolumeHost {
       await this.ensureMounted(sourceId);
       await mustRun('fsfreeze', ['-f', source.mountDir], 'freezing the volume');
       try {
+        crashPoint('volume-copy:frozen');
         const reflink = await runCommand('cp', ['--reflink=always', source.image, target.partial]);
         if (reflink.exitCode !== 0) {
           method = 'sparse-copy';

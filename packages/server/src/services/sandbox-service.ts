@@ -7,7 +7,7 @@ import type {
   SandboxState,
 } from '@burrow/contract';
 import { DEFAULT_RESOURCES, ErrorCode } from '@burrow/contract';
-import type { RuntimeDriver } from '@burrow/runtime';
+import { crashPoint, type RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { ActivitySnapshot, ActivityTracker } from '../lifecycle/activity-tracker.js';
 import { lifecycleView } from '../lifecycle/expiry-view.js';
@@ -276,6 +276,7 @@ export class SandboxService {
       };
       const mounts = (await this.deps.volumes?.resolveMounts(caller.tenantId, id, input.volumes ?? [])) ?? [];
       await this.deps.sandboxes.insert(record, { also: this.deps.volumes?.insertMounts(mounts) });
+      if (mounts.length > 0) crashPoint('create:after-volume-mount-rows');
       const startedMs = this.deps.clock.nowMs();
       try {
         const options = {

@@ -7,7 +7,7 @@ import {
   type VolumeList,
   type VolumeMount,
 } from '@burrow/contract';
-import { SandboxFs, type VolumeBind, type VolumeHost } from '@burrow/runtime';
+import { crashPoint, SandboxFs, type VolumeBind, type VolumeHost } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { SandboxStore } from '../store/sandbox-store.js';
 import type { VolumeMountRecord, VolumeRecord, VolumeStore } from '../store/volume-store.js';
@@ -80,8 +80,10 @@ export class VolumeService {
     };
     return this.deps.mutex.run(`volume:${record.id}`, async () => {
       await this.insert(record);
+      crashPoint('volume-create:after-row');
       try {
         await this.deps.host.create(record.id, record.sizeMiB);
+        crashPoint('volume-create:after-storage');
       } catch (error) {
         await this.deps.volumes.remove(record.tenantId, record.id);
         throw hostFailure(`creating volume ${record.name} failed`, error);
