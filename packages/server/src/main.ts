@@ -312,6 +312,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     networks,
     logger,
     close: async () => {
+      volumes.stopRetention();
       await pool.stop();
       await policies.stop();
       await webhooks.stop();
@@ -425,6 +426,7 @@ export async function startServer(
     burrow.policies.start(config.policyIntervalMs);
     burrow.webhooks.start();
     burrow.pool.start();
+    burrow.services.volumes.startRetention(config.reconcileIntervalMs);
     const url = await burrow.app.listen({ host: config.host, port: config.port });
     const e2b =
       config.e2b === null ? null : await burrow.e2b.listen(config.host, config.e2b.apiPort, config.e2b.envdPort);

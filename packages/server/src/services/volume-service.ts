@@ -514,6 +514,23 @@ export class VolumeService {
     return removed;
   }
 
+  private retentionTimer: NodeJS.Timeout | null = null;
+
+  /** Run {@link expire} every `intervalMs` until {@link stopRetention}. */
+  startRetention(intervalMs: number): void {
+    if (this.retentionTimer !== null) return;
+    this.retentionTimer = setInterval(() => {
+      this.expire().catch((error: unknown) => this.deps.logger.warn({ err: error }, 'volume retention pass failed'));
+    }, intervalMs);
+    this.retentionTimer.unref();
+  }
+
+  /** Stop the retention loop. */
+  stopRetention(): void {
+    if (this.retentionTimer !== null) clearInterval(this.retentionTimer);
+    this.retentionTimer = null;
+  }
+
   /** Delete volume snapshots whose retention ran out. @returns their ids */
   async expire(): Promise<string[]> {
     const nowMs = this.deps.clock.nowMs();
