@@ -15,8 +15,10 @@ import { type Burrow, createBurrow, loadConfig } from '../../packages/server/src
 import { GvisorTemplateBuilder } from '../../packages/server/src/node/gvisor-template-builder.js';
 
 const TEMPLATES_DIR = '/var/tmp/burrow-test-templates';
+/** Sandbox creates take 3-30 s each on a loaded 2-core host. */
+const TEST_TIMEOUT_MS = 300_000;
 
-describe('volumes with fork and snapshots (real runsc)', () => {
+describe('volumes with fork and snapshots (real runsc)', { timeout: TEST_TIMEOUT_MS }, () => {
   let burrow: Burrow;
   let dataDir = '';
   let url = '';
