@@ -4,7 +4,7 @@
  *
  * Flags: `--quick` (few iterations: checks the harness runs, its numbers mean little), `--iterations N`,
  * `--creates N` (time-to-first-command samples per variant; default 100, 5 with --quick), `--pool N` (warm pool size
- * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence,s3,network,preview` (a subset; not written to
+ * during the warm samples; default 4), `--only start,core,cli,exec,files,dns,persistence,s3,network,preview,volumes` (a subset; not written to
  * docs/performance.md), `--density` (only the density run: `--running N` default 50, `--paused N` default 200),
  * `--results-dir DIR` (write the result JSON there instead of bench/results, and leave docs/performance.md alone:
  * the CI smoke test `tests/e2e/bench-quick.test.ts` uses it).
@@ -37,6 +37,7 @@ import { loadRuns, type Row, type RunResult, renderMarkdown } from './report.js'
 import { benchS3 } from './s3-bench.js';
 import { benchStart } from './start-bench.js';
 import { summarize, time } from './stats.js';
+import { benchVolumes } from './volume-bench.js';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const quick = process.argv.includes('--quick');
@@ -139,6 +140,7 @@ async function main(): Promise<void> {
         const ingress = (id: string) => driver.ingressAddress?.(id) ?? Promise.resolve(null);
         rows.push(...(await benchPreview(conn, ingress, { iterations: quick ? 1 : iterations, quick, log })));
       }
+      if (wants('volumes')) rows.push(...(await benchVolumes(conn, { iterations: quick ? 1 : 3, quick, log })));
       if (wants('s3')) {
         const s3 = await benchS3({ iterations, quick, workDir: work, templatesDir, log });
         rows.push(...s3.rows);

@@ -19,6 +19,7 @@ import { registerServerCommands } from './commands/server-commands.js';
 import { registerTemplateCommands } from './commands/template-commands.js';
 import { registerTenantCommands } from './commands/tenant-commands.js';
 import { registerUiCommand } from './commands/ui-command.js';
+import { registerVolumeCommands } from './commands/volume-commands.js';
 
 /** Mutable outcome of one CLI run, written by commands that choose their own exit code. */
 export interface ProgramContext extends CliContext {
@@ -59,6 +60,7 @@ export function buildProgram(context: ProgramContext, version: string): Command 
   registerE2bCommands(program, context);
   registerMcpCommand(program, context);
   registerUiCommand(program, context);
+  registerVolumeCommands(program, context);
   for (const command of program.commands) applyToTree(command, (c) => c.exitOverride());
   return program;
 }

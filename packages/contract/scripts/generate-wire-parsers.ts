@@ -58,6 +58,8 @@ export const WIRE_SCHEMAS = [
   'TemplateSchema',
   'TenantDefaultsSchema',
   'UsageReportSchema',
+  'VolumeListSchema',
+  'VolumeSchema',
   'WebhookListSchema',
 ] as const satisfies readonly (keyof typeof contract)[];
 

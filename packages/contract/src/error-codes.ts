@@ -145,6 +145,27 @@ export const ErrorCode = {
   unknownSecret: 'unknown_secret',
   /** A secret value is longer than 64 KiB of UTF-8. */
   secretTooLarge: 'secret_too_large',
+  /** No volume with this name or id exists for the caller's tenant (another tenant's answers the same). */
+  volumeNotFound: 'volume_not_found',
+  /** A volume with this name already exists for the tenant. */
+  volumeExists: 'volume_exists',
+  /**
+   * The volume is mounted by a sandbox that is not stopped or paused (delete, even with `force`), or by any sandbox
+   * (delete without `force`, a grow on a host that cannot grow a mounted filesystem); `details.sandboxIds` names them.
+   */
+  volumeInUse: 'volume_in_use',
+  /**
+   * A mount of a sandbox's `volumes` is malformed: a path that is not absolute, overlaps another mount, or lies in
+   * `/proc`, `/sys`, `/dev`, `/tmp` or Burrow's own `/.burrow*`; `details.path` names it.
+   */
+  volumeMountInvalid: 'volume_mount_invalid',
+  /**
+   * A second read-write mount of a volume that is not `shared` (another sandbox or this request already mounts it
+   * read-write), or a read-write mount of a volume snapshot; `details` names the volume and the holder.
+   */
+  volumeMountConflict: 'volume_mount_conflict',
+  /** A resize asks for less than the volume's size: volumes only grow. */
+  volumeShrinkRefused: 'volume_shrink_refused',
   /** Anything unexpected; the server log carries the details under the request id. */
   internal: 'internal_error',
 } as const;
@@ -210,5 +231,11 @@ export const ERROR_HTTP_STATUS: { readonly [K in ErrorCode]: number } = {
   secret_not_found: 404,
   unknown_secret: 400,
   secret_too_large: 413,
+  volume_not_found: 404,
+  volume_exists: 409,
+  volume_in_use: 409,
+  volume_mount_invalid: 400,
+  volume_mount_conflict: 409,
+  volume_shrink_refused: 400,
   internal_error: 500,
 };

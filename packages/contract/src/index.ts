@@ -20,3 +20,4 @@ export * from './snapshots.js';
 export * from './templates.js';
 export * from './tenant-defaults.js';
 export * from './usage.js';
+export * from './volumes.js';

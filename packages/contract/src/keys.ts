@@ -14,7 +14,8 @@ export type ApiKeyRole = z.infer<typeof ApiKeyRoleSchema>;
  * keepalive, quarantine), `commands` (exec, background commands), `files`, `snapshots`, `templates:read`,
  * `templates:write`, `events` (events and their stream), `webhooks`, `keys` (list, create and revoke keys), `audit`
  * (the audit log), `usage` (usage metering), `secrets` (secrets substituted at egress: set, rotate, list, delete;
- * values are never readable), `buckets` (named bucket credentials: add, list, remove), `admin` (other tenants, quotas, tenant defaults, metrics).
+ * values are never readable), `buckets` (named bucket credentials: add, list, remove), `volumes`
+ * (volumes, their snapshots, forks and files), `admin` (other tenants, quotas, tenant defaults, metrics).
  */
 export const KeyScopeSchema = z.enum([
   'sandboxes:read',
@@ -31,6 +32,7 @@ export const KeyScopeSchema = z.enum([
   'usage',
   'secrets',
   'buckets',
+  'volumes',
   'admin',
 ]);
 export type KeyScope = z.infer<typeof KeyScopeSchema>;

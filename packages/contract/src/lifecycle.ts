@@ -174,6 +174,10 @@ export const QuotaLimitsSchema = z
     maxDiskBytes: z.number().int().min(0).nullable(),
     /** Snapshots kept. */
     maxSnapshots: z.number().int().min(0).max(1_000_000).nullable(),
+    /** Volumes, volume snapshots and forks kept. */
+    maxVolumes: z.number().int().min(0).max(1_000_000).nullable(),
+    /** Sum of their sizes (`sizeMiB` × 1 MiB), bytes. */
+    maxVolumeBytes: z.number().int().min(0).nullable(),
   })
   .meta({ id: 'QuotaLimits' });
 export type QuotaLimits = z.infer<typeof QuotaLimitsSchema>;
@@ -188,6 +192,8 @@ export const QuotaSchema = z
       sandboxes: z.number().int(),
       diskBytes: z.number().int(),
       snapshots: z.number().int(),
+      volumes: z.number().int(),
+      volumeBytes: z.number().int(),
     }),
   })
   .meta({ id: 'Quota' });
@@ -201,6 +207,8 @@ export const SetQuotaRequestSchema = QuotaLimitsSchema.partial()
     maxSandboxes: q.maxSandboxes ?? null,
     maxDiskBytes: q.maxDiskBytes ?? null,
     maxSnapshots: q.maxSnapshots ?? null,
+    maxVolumes: q.maxVolumes ?? null,
+    maxVolumeBytes: q.maxVolumeBytes ?? null,
   }))
   .meta({ id: 'SetQuotaRequest' });
 export const TenantParamsSchema = z.object({ tenant: NameSchema });

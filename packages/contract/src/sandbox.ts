@@ -5,6 +5,7 @@ import { QuarantineSchema } from './hygiene.js';
 import { ExpirySchema, PolicyFieldsSchema } from './lifecycle.js';
 import { NetworkPolicyRequestSchema, SandboxNetworkSchema } from './network.js';
 import { SandboxSecretsRequestSchema } from './secrets.js';
+import { ForkVolumesSchema, MAX_SANDBOX_VOLUMES, VolumeMountRequestSchema, VolumeMountSchema } from './volumes.js';
 
 /** Observed sandbox states (ARCHITECTURE §3). `error` always carries a condition with a reason and is deletable. */
 export const SandboxStateSchema = z.enum([
@@ -96,6 +97,8 @@ export const CreateSandboxRequestSchema = z
     secrets: SandboxSecretsRequestSchema.optional(),
     /** Fill a directory from a named bucket's prefix before the create answers (see docs/s3.md). */
     fromBucket: FromBucketSchema.optional(),
+    /** Volumes to mount (docs/volumes.md), at most 16; mounts are fixed at create. @default none */
+    volumes: z.array(VolumeMountRequestSchema).max(MAX_SANDBOX_VOLUMES).default([]),
   })
   .strict()
   .meta({ id: 'CreateSandboxRequest' });
@@ -147,6 +150,8 @@ export const SandboxSchema = z
      * the server recorded it.
      */
     policySources: z.record(z.string(), z.enum(['request', 'tenant-default', 'server-default'])).optional(),
+    /** The volumes it mounts, in the order of the create request. */
+    volumes: z.array(VolumeMountSchema).optional(),
     createdAt: InstantSchema,
     updatedAt: InstantSchema,
   })
@@ -188,6 +193,13 @@ export const ForkSandboxRequestSchema = z
   .object({
     /** How many children to make (1–20). @default 1 */
     count: z.number().int().min(1).max(MAX_FORK_COUNT).default(1),
+    /**
+     * What each child gets of the parent's read-write volume mounts (read-only ones are shared): `fork`, a
+     * copy of its own per child (a new volume named `<volume>-<child id>`); `share-readonly`, the same volume
+     * mounted read-only; `refuse`, fail with `volume_mount_conflict`. A `shared` volume stays shared read-write
+     * under `fork`. @default 'fork'
+     */
+    volumes: ForkVolumesSchema.default('fork'),
   })
   .strict()
   .meta({ id: 'ForkSandboxRequest' });

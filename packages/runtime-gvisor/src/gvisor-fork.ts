@@ -96,6 +96,7 @@ export class GvisorForker {
             template: options.template,
             resources: options.resources,
             network: options.network,
+            volumes: child.volumes ?? options.volumes,
             memory: true,
           };
           await this.steps.restorer.createFrom(source, childOptions, {

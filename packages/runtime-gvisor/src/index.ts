@@ -36,3 +36,4 @@ export {
   templateRecipe,
   templateRef,
 } from './template-builder.js';
+export { LoopVolumeHost } from './volume-disks.js';

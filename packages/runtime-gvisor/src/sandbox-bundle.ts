@@ -11,6 +11,7 @@ import {
   mountDiskImage,
   mountOverlay,
   mountsUnder,
+  mustRun,
   prepareCpusetParent,
   setCpuQuota,
   unmountAll,
@@ -130,6 +131,7 @@ export async function prepareBundle(
     mounts: [
       // The exec agent and its host socket (docs/adr/0003); read-only: the sandbox can connect, not tamper.
       { source: paths.agentDir, destination: AGENT_GUEST_DIR, readonly: true },
+      ...(await volumeBinds(paths.diskDir, options, made)),
     ],
     limits: {
       cgroupsPath: `/${deps.cgroups.parent}/${sandboxId}`,
@@ -172,4 +174,33 @@ export async function enforceRecordedCpuLimit(
   if (recorded !== undefined && Number.isFinite(cpuCount) && cpuCount > 0) {
     await setCpuQuota(cgroups.root, cgroups.parent, sandboxId, cpuCount);
   }
+}
+
+/**
+ * The spec's bind mounts of the sandbox's volumes. A read-only one is bound through a read-only host bind under the
+ * disk's mount (`<disk>/volume-binds/<n>`, released with the disk at a pause, stop or delete): a restore keeps the
+ * mount flags its image recorded, so a child restored from a read-write parent with the volume read-only would
+ * otherwise write through; the host's EROFS holds whatever the sandbox's kernel believes.
+ */
+async function volumeBinds(
+  diskDir: string,
+  options: CreateOptions,
+  made: Array<() => Promise<void>>,
+): Promise<Array<{ source: string; destination: string; readonly: boolean }>> {
+  const binds: Array<{ source: string; destination: string; readonly: boolean }> = [];
+  for (const [index, volume] of (options.volumes ?? []).entries()) {
+    if (!volume.readOnly) {
+      binds.push({ source: volume.hostPath, destination: volume.path, readonly: false });
+      continue;
+    }
+    const at = join(diskDir, 'volume-binds', String(index));
+    if ((await mountsUnder(at)).length === 0) {
+      await mkdir(at, { recursive: true });
+      made.push(() => unmountAll(at));
+      await mustRun('mount', ['--bind', volume.hostPath, at], 'binding a volume');
+      await mustRun('mount', ['-o', 'remount,bind,ro,nosuid,nodev', at], 'making a volume bind read-only');
+    }
+    binds.push({ source: at, destination: volume.path, readonly: true });
+  }
+  return binds;
 }

@@ -25,7 +25,21 @@ export interface CreateOptions {
    * restore and a fork child pass the policy in force. @default `{ mode: 'none' }`
    */
   network?: NetworkPolicy | undefined;
+  /**
+   * Host directories bound into the sandbox (volumes), fixed for its life: a resume, restore or fork child passes
+   * the same paths (the checkpoint image names them). @default none
+   */
+  volumes?: readonly VolumeBind[] | undefined;
   signal?: AbortSignal;
+}
+
+/** A host directory (a volume's root) bound into a sandbox. */
+export interface VolumeBind {
+  /** Absolute host path of the directory. */
+  hostPath: string;
+  /** Absolute path inside the sandbox (normalized, not reserved: the caller checks). */
+  path: string;
+  readOnly: boolean;
 }
 
 /** Options of {@link RuntimeDriver.exec}. */
@@ -243,6 +257,8 @@ export interface ForkChild {
   sandboxId: string;
   /** Its own hostname, set inside after the restore (the image carries the parent's). */
   hostname: string;
+  /** Its volume binds, at the parent's paths (a forked volume's own copy, or the parent's). @default the parent's */
+  volumes?: readonly VolumeBind[] | undefined;
 }
 
 /** Options of {@link RuntimeDriver.fork}. */
@@ -252,6 +268,8 @@ export interface ForkOptions {
   resources: Resources;
   /** The parent's network policy, which every child inherits (see {@link CreateOptions.network}). */
   network?: NetworkPolicy | undefined;
+  /** The parent's volume binds, which a child without its own gets. @default none */
+  volumes?: readonly VolumeBind[] | undefined;
   children: ForkChild[];
   signal?: AbortSignal;
 }

@@ -42,6 +42,7 @@ export function toFsError(path: string, err: unknown): FsError {
     EXDEV: ['invalid_path', `${path} cannot be moved across file systems`],
     EACCES: ['forbidden', `permission denied on ${path}`],
     EPERM: ['forbidden', `operation not permitted on ${path}`],
+    EROFS: ['forbidden', `${path} is on a read-only file system (EROFS)`],
   };
   const hit = code === undefined ? undefined : map[code];
   if (hit) return new FsError(hit[0], hit[1], { cause: err });

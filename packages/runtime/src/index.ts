@@ -6,4 +6,5 @@ export * from './sandbox-fs.js';
 export * from './sandbox-fs-archive.js';
 export * from './sandbox-fs-pack.js';
 export * from './sandbox-fs-watch.js';
+export * from './volume-host.js';
 export * from './write-coalesced.js';

@@ -173,6 +173,8 @@ export class PreviewAccessError extends BurrowError {}
 export class PortNotListeningError extends BurrowError {}
 /** No secret with this name (`secret_not_found`), or a create names one the tenant does not have (`unknown_secret`). */
 export class SecretNotFoundError extends BurrowError {}
+/** No volume with this name or id exists for the caller's tenant (`volume_not_found`, HTTP 404). */
+export class VolumeNotFoundError extends BurrowError {}
 
 type BurrowErrorClass = new (message: string, init: BurrowErrorInit) => BurrowError;
 
@@ -234,6 +236,12 @@ const CLASS_BY_CODE: { readonly [K in ErrorCode]: BurrowErrorClass } = {
   preview_link_expired: PreviewAccessError,
   preview_link_invalid: PreviewAccessError,
   port_not_listening: PortNotListeningError,
+  volume_not_found: VolumeNotFoundError,
+  volume_exists: ConflictError,
+  volume_in_use: ConflictError,
+  volume_mount_invalid: InvalidRequestError,
+  volume_mount_conflict: ConflictError,
+  volume_shrink_refused: InvalidRequestError,
   internal_error: ServerError,
 };
 

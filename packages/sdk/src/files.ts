@@ -83,10 +83,10 @@ export class Files {
   readonly #http: HttpClient;
   readonly #base: string;
 
-  /** @internal Use `sandbox.files`. */
-  constructor(http: HttpClient, sandboxId: string) {
+  /** @internal Use `sandbox.files` (or `volume.files`, which passes the volume's `base`). */
+  constructor(http: HttpClient, sandboxId: string, base?: string) {
     this.#http = http;
-    this.#base = `/sandboxes/${encodeURIComponent(sandboxId)}/files`;
+    this.#base = base ?? `/sandboxes/${encodeURIComponent(sandboxId)}/files`;
   }
 
   /**

@@ -41,6 +41,8 @@ export type {
   UpdateSandboxRequest,
   UsageReport,
   UsageTotals,
+  Volume as VolumeInfo,
+  VolumeMount,
   Webhook,
 } from '@burrow/contract';
 export { Buckets } from './buckets.js';
@@ -102,6 +104,7 @@ export {
   TemplateNotFoundError,
   UnsupportedError,
   UserNotFoundError,
+  VolumeNotFoundError,
   WebhookNotFoundError,
   WebhookUrlForbiddenError,
 } from './errors.js';
@@ -139,3 +142,4 @@ export { Ports, type PortUrlOptions } from './ports.js';
 export { type CreateSandboxOptions, type ListSandboxesOptions, Sandbox, type SandboxPage } from './sandbox.js';
 export { Secrets } from './secrets.js';
 export { type CreateSnapshotOptions, Snapshots } from './snapshots.js';
+export { type CreateVolumeOptions, type ListVolumesOptions, Volume, type VolumeFiles } from './volumes.js';

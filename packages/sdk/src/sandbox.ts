@@ -184,19 +184,20 @@ export class Sandbox {
    * Forks the sandbox into `count` new running sandboxes, each with its own copy of the disk and the memory at the
    * fork point, its own id and hostname, and fresh kernel randomness. A running parent is held still only for the
    * checkpoint. User-space state (a seeded PRNG inside a process) is copied as it is.
-   * @param options - `count`: 1–20, default 1.
+   * @param options - `count`: 1–20, default 1. `volumes`: what each child gets of the parent's read-write volume
+   * mounts: `'fork'` (default) a copy of its own, `'share-readonly'` the same volume read-only, `'refuse'` an error.
    * @returns handles on the children.
    * @example
    * ```ts
    * const [a, b] = await sandbox.fork({ count: 2 });
    * ```
    */
-  async fork(options: { count?: number } = {}): Promise<Sandbox[]> {
+  async fork(options: { count?: number; volumes?: 'fork' | 'share-readonly' | 'refuse' } = {}): Promise<Sandbox[]> {
     const response = await this.#http.json(
       ForkSandboxResponseParser,
       'POST',
       `/sandboxes/${encodeURIComponent(this.id)}/fork`,
-      { json: { count: options.count ?? 1 } },
+      { json: { count: options.count ?? 1, ...(options.volumes === undefined ? {} : { volumes: options.volumes }) } },
     );
     return response.items.map((info) => new Sandbox(this.#http, info));
   }

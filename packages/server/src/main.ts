@@ -3,7 +3,7 @@ import type { Server } from 'node:http';
 import { join } from 'node:path';
 import type { Template } from '@burrow/contract';
 import { armCrashPoint, type RuntimeDriver } from '@burrow/runtime';
-import { GvisorDriver, loadImageKey, type SandboxNetworks } from '@burrow/runtime-gvisor';
+import { GvisorDriver, LoopVolumeHost, loadImageKey, type SandboxNetworks } from '@burrow/runtime-gvisor';
 import { type Logger, pino } from 'pino';
 /** Everything the server needs to know, read once from the environment by {@link loadConfig}. */
 import { type Config, type ConfigOverrides, loadConfig } from './config.js';
@@ -51,6 +51,7 @@ import { SyncService } from './services/sync-service.js';
 import { type TemplateBuilder, TemplateService } from './services/template-service.js';
 import { TenantDefaultsService } from './services/tenant-defaults-service.js';
 import { UsageService } from './services/usage-service.js';
+import { VolumeService } from './services/volume-service.js';
 import { WarmPool } from './services/warm-pool.js';
 import { WebhookDispatcher } from './services/webhook-dispatcher.js';
 import { EventStore } from './store/event-store.js';
@@ -217,6 +218,16 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     logger,
   });
   const egressCa = new LazyEgressCa(config.dataDir);
+  const volumes = new VolumeService({
+    volumes: store.volumes,
+    sandboxes: store.sandboxes,
+    host: new LoopVolumeHost(join(config.dataDir, 'volumes')),
+    mutex,
+    clock,
+    logger: logger.child({ component: 'volumes' }),
+  });
+  // Volumes are mounted on the host before any sandbox that binds one is restored or started.
+  await volumes.reconcile();
   const sandboxes: SandboxService = new SandboxService({
     ...(networks === undefined
       ? {}
@@ -226,6 +237,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
             await installEgressCa(driver.rootDir(id), (await egressCa.get()).certPem);
           },
         }),
+    volumes,
     pool,
     network: { defaultMode: config.network?.defaultMode ?? 'none' },
     sandboxes: store.sandboxes,
@@ -305,6 +317,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     sampler,
     buckets,
     sync,
+    volumes,
     driverName: driver.name,
   };
   sampler.start();
@@ -393,6 +406,7 @@ export async function createBurrow(config: Config, deps: BurrowDeps = {}): Promi
     logger,
     close: async () => {
       await sampler.stop();
+      volumes.stopRetention();
       await pool.stop();
       await policies.stop();
       await webhooks.stop();
@@ -516,6 +530,7 @@ export async function startServer(
     burrow.services.audit?.startRetention(config.audit?.retentionMs ?? null);
     burrow.webhooks.start();
     burrow.pool.start();
+    burrow.services.volumes.startRetention(config.reconcileIntervalMs);
     const url = await burrow.app.listen({ host: config.host, port: config.port });
     const e2b =
       config.e2b === null ? null : await burrow.e2b.listen(config.host, config.e2b.apiPort, config.e2b.envdPort);

@@ -88,6 +88,8 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
     .option('--max-sandboxes <n>', 'sandboxes in any state')
     .option('--max-disk-bytes <n>', 'sum of the sandboxes disk limits, bytes')
     .option('--max-snapshots <n>', 'snapshots kept')
+    .option('--max-volumes <n>', 'volumes, volume snapshots and forks kept')
+    .option('--max-volume-bytes <n>', 'sum of the volumes sizes, bytes')
     .option('--json', 'print the quota as JSON')
     .action(async (_options: unknown, command: Command) => {
       const { BurrowClient } = await loadSdk();
@@ -99,6 +101,8 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
           maxSandboxes?: string;
           maxDiskBytes?: string;
           maxSnapshots?: string;
+          maxVolumes?: string;
+          maxVolumeBytes?: string;
           json?: boolean;
         }
       >();
@@ -113,6 +117,8 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
           maxSandboxes: n(options.maxSandboxes, '--max-sandboxes'),
           maxDiskBytes: n(options.maxDiskBytes, '--max-disk-bytes'),
           maxSnapshots: n(options.maxSnapshots, '--max-snapshots'),
+          maxVolumes: n(options.maxVolumes, '--max-volumes'),
+          maxVolumeBytes: n(options.maxVolumeBytes, '--max-volume-bytes'),
         });
       } else {
         quota = await client.quotas.get(options.tenant);
@@ -130,6 +136,8 @@ export function registerLifecycleCommands(program: Command, context: CliContext)
             [quota.tenantId, 'sandboxes', String(usage.sandboxes), limitText(limits.maxSandboxes)],
             [quota.tenantId, 'disk bytes', String(usage.diskBytes), limitText(limits.maxDiskBytes)],
             [quota.tenantId, 'snapshots', String(usage.snapshots), limitText(limits.maxSnapshots)],
+            [quota.tenantId, 'volumes', String(usage.volumes), limitText(limits.maxVolumes)],
+            [quota.tenantId, 'volume bytes', String(usage.volumeBytes), limitText(limits.maxVolumeBytes)],
           ],
         ),
       );

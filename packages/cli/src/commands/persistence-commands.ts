@@ -37,14 +37,19 @@ export function registerPersistenceCommands(program: Command, context: CliContex
     .description('make N new sandboxes from one checkpoint of a sandbox; prints their ids')
     .argument('<id>', 'sandbox id')
     .option('--count <n>', 'how many children (1-20, default 1)')
+    .option('--volumes <mode>', 'read-write volume mounts: fork (a copy per child, default), share-readonly or refuse')
     .option('--json', 'print the new sandboxes as JSON')
     .action(async (id: string, _options: unknown, command: Command) => {
       const { Sandbox } = await loadSdk();
-      const options = command.optsWithGlobals<GlobalOptions & { count?: string; json?: boolean }>();
+      const options = command.optsWithGlobals<GlobalOptions & { count?: string; volumes?: string; json?: boolean }>();
+      const volumes = options.volumes;
+      if (volumes !== undefined && volumes !== 'fork' && volumes !== 'share-readonly' && volumes !== 'refuse') {
+        throw new UsageError(`unknown --volumes "${volumes}"`, 'use fork, share-readonly or refuse');
+      }
       const count = options.count === undefined ? 1 : parsePositiveInt(options.count, '--count');
       if (count > 20) throw new UsageError('--count is at most 20', 'fork in several calls');
       const parent = await Sandbox.get(id, connectionFor(context, options));
-      const children = await parent.fork({ count });
+      const children = await parent.fork({ count, ...(volumes === undefined ? {} : { volumes }) });
       if (options.json === true)
         printJson(
           context,

@@ -5,6 +5,7 @@ import { UsageError } from '../exit-codes.js';
 import { collect, keyValueRecord, parsePositiveInt, parsePositiveNumber } from '../key-value-parse.js';
 import { describeNetwork, type NetworkFlags, networkOptions, networkRequest } from './network-commands.js';
 import { secretOptions, secretRequests } from './secrets-commands.js';
+import { parseVolumeFlag } from './volume-commands.js';
 
 interface CreateOptions extends GlobalOptions, NetworkFlags {
   template?: string;
@@ -22,6 +23,7 @@ interface CreateOptions extends GlobalOptions, NetworkFlags {
   fromSnapshot?: string;
   fsOnly?: boolean;
   autoResume?: boolean;
+  volume?: string[];
   json?: boolean;
 }
 
@@ -76,6 +78,9 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--fs-only', 'with --from-snapshot: boot on its files only, without its processes and memory')
     .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it');
   secretOptions(networkOptions(create))
+    .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it')
+    .option('--volume <NAME:/path[:ro]>', 'mount a volume (repeatable; :ro read-only)', collect);
+  networkOptions(create)
     .option('--json', 'print the sandbox as JSON')
     .action(async (_options: CreateOptions, command: Command) => {
       const { Sandbox } = await loadSdk();
@@ -104,6 +109,7 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
       if (network !== undefined) request.network = network;
       const secrets = secretRequests(command.opts<{ secret?: string[] }>());
       if (secrets !== undefined) request.secrets = secrets;
+      if (options.volume !== undefined) request.volumes = options.volume.map(parseVolumeFlag);
       const created = await Sandbox.create({ ...request, ...connectionFor(context, options) });
       if (options.json === true) printJson(context, created.info);
       else context.stdout.write(`${created.id}\n`);

@@ -62,7 +62,7 @@ export const ApiKeyListParser: WireParser<z.output<typeof contract.ApiKeyListSch
   parse: lazyParser(() => {
   const c0 = new RegExp("^key_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   const c1 = new Set(["admin", "member", "viewer"]);
-  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "buckets", "admin"]);
+  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "buckets", "volumes", "admin"]);
   const c3 = isPlainObject;
   const c4 = Object.prototype.propertyIsEnumerable;
   const c5 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
@@ -789,7 +789,7 @@ export const CreatedApiKeyParser: WireParser<z.output<typeof contract.CreatedApi
   parse: lazyParser(() => {
   const c0 = new RegExp("^key_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   const c1 = new Set(["admin", "member", "viewer"]);
-  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "buckets", "admin"]);
+  const c2 = new Set(["sandboxes:read", "sandboxes:write", "commands", "files", "snapshots", "templates:read", "templates:write", "events", "webhooks", "keys", "audit", "usage", "secrets", "buckets", "volumes", "admin"]);
   const c3 = isPlainObject;
   const c4 = Object.prototype.propertyIsEnumerable;
   const c5 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
@@ -954,7 +954,7 @@ export const CreatedWebhookParser: WireParser<z.output<typeof contract.CreatedWe
 export const ErrorEnvelopeParser: WireParser<z.output<typeof contract.ErrorEnvelopeSchema>> = {
   schemaName: 'ErrorEnvelopeSchema',
   parse: lazyParser(() => {
-  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "bucket_not_found", "bucket_exists", "bucket_denied", "bucket_missing", "bucket_unavailable", "bucket_checksum_mismatch", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "preview_access_denied", "preview_link_expired", "preview_link_invalid", "port_not_listening", "secret_not_found", "unknown_secret", "secret_too_large", "internal_error"]);
+  const c0 = new Set(["invalid_request", "invalid_json", "payload_too_large", "unauthorized", "key_expired", "forbidden", "route_not_found", "sandbox_not_found", "template_not_found", "template_exists", "template_build_failed", "key_not_found", "sandbox_not_running", "file_not_found", "is_a_directory", "not_a_directory", "file_exists", "directory_not_empty", "invalid_path", "no_space", "exec_timeout", "command_not_found", "user_not_found", "runtime_error", "conflict", "sandbox_paused", "snapshot_not_found", "snapshot_exists", "checkpoint_rejected", "snapshot_store_unavailable", "snapshot_store_denied", "snapshot_store_bucket_missing", "snapshot_corrupt", "bucket_not_found", "bucket_exists", "bucket_denied", "bucket_missing", "bucket_unavailable", "bucket_checksum_mismatch", "deleted_file_open", "host_socket_open", "unsupported", "sandbox_quarantined", "quota_exceeded", "policy_limit_exceeded", "webhook_not_found", "webhook_url_forbidden", "request_timeout", "rate_limited", "preview_access_denied", "preview_link_expired", "preview_link_invalid", "port_not_listening", "secret_not_found", "unknown_secret", "secret_too_large", "volume_not_found", "volume_exists", "volume_in_use", "volume_mount_invalid", "volume_mount_conflict", "volume_shrink_refused", "internal_error"]);
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["error"];
@@ -1561,6 +1561,7 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
   const c12 = new Set(["request", "tenant-default", "server-default"]);
+  const c13 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -1881,48 +1882,85 @@ export const ForkSandboxResponseParser: WireParser<z.output<typeof contract.Fork
       if ("policySources" in v3) return INVALID;
       v104 = undefined;
     }
-    const v112 = v3["createdAt"];
-    if (typeof v112 !== "string") return INVALID;
+    const v112 = v3["volumes"];
+    let v113 = (() => {
+      let v114;
+      if (v112 !== undefined) {
+        if (!Array.isArray(v112)) return INVALID;
+        const v115 = new Array(v112.length);
+        for (let v116 = 0; v116 < v112.length; v116++) {
+          const v117 = v112[v116];
+          if (typeof v117 !== "object" || v117 === null || Array.isArray(v117)) return INVALID;
+          const v118 = v117["volumeId"];
+          if (typeof v118 !== "string") return INVALID;
+          c13.lastIndex = 0;
+          if (!c13.test(v118)) return INVALID;
+          const v119 = v117["name"];
+          if (typeof v119 !== "string") return INVALID;
+          c1.lastIndex = 0;
+          if (!c1.test(v119)) return INVALID;
+          const v120 = v117["sandboxId"];
+          if (typeof v120 !== "string") return INVALID;
+          c0.lastIndex = 0;
+          if (!c0.test(v120)) return INVALID;
+          const v121 = v117["path"];
+          if (typeof v121 !== "string") return INVALID;
+          const v122 = v117["readOnly"];
+          if (typeof v122 !== "boolean") return INVALID;
+          const v123 = { "volumeId": v118, "name": v119, "sandboxId": v120, "path": v121, "readOnly": v122 };
+          v115[v116] = v123;
+        }
+        v114 = v115;
+      }
+      return v114;
+    })();
+    if (v113 === INVALID) {
+      if ("volumes" in v3) return INVALID;
+      v113 = undefined;
+    }
+    const v124 = v3["createdAt"];
+    if (typeof v124 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v112)) return INVALID;
-    const v113 = v3["updatedAt"];
-    if (typeof v113 !== "string") return INVALID;
+    if (!c4.test(v124)) return INVALID;
+    const v125 = v3["updatedAt"];
+    if (typeof v125 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v113)) return INVALID;
-    const v114 = {};
-    v114["id"] = v4;
-    v114["template"] = v5;
-    v114["templateId"] = v6;
-    v114["state"] = v7;
-    v114["conditions"] = v9;
-    v114["env"] = v19;
-    v114["cwd"] = v25;
-    v114["hostname"] = v26;
-    v114["resources"] = v31;
-    v114["labels"] = v33;
-    v114["timeoutMs"] = v40;
-    v114["timeoutAction"] = v41;
-    v114["idleTimeoutMs"] = v43;
-    v114["maxAgeMs"] = v45;
-    v114["pausedRetentionMs"] = v47;
-    v114["snapshotKeepLast"] = v49;
-    v114["expiresAt"] = v51;
-    v114["expiry"] = v53;
-    v114["idleDeadlineAt"] = v59;
-    v114["timeoutAt"] = v61;
-    v114["desiredState"] = v62;
-    v114["autoResume"] = v63;
-    v114["keeps"] = v67;
-    v114["lineage"] = v73;
-    if ("quarantine" in v3) v114["quarantine"] = v75;
-    if ("network" in v3) v114["network"] = v83;
-    if ("policySources" in v3) v114["policySources"] = v104;
-    v114["createdAt"] = v112;
-    v114["updatedAt"] = v113;
-    v1[v2] = v114;
+    if (!c4.test(v125)) return INVALID;
+    const v126 = {};
+    v126["id"] = v4;
+    v126["template"] = v5;
+    v126["templateId"] = v6;
+    v126["state"] = v7;
+    v126["conditions"] = v9;
+    v126["env"] = v19;
+    v126["cwd"] = v25;
+    v126["hostname"] = v26;
+    v126["resources"] = v31;
+    v126["labels"] = v33;
+    v126["timeoutMs"] = v40;
+    v126["timeoutAction"] = v41;
+    v126["idleTimeoutMs"] = v43;
+    v126["maxAgeMs"] = v45;
+    v126["pausedRetentionMs"] = v47;
+    v126["snapshotKeepLast"] = v49;
+    v126["expiresAt"] = v51;
+    v126["expiry"] = v53;
+    v126["idleDeadlineAt"] = v59;
+    v126["timeoutAt"] = v61;
+    v126["desiredState"] = v62;
+    v126["autoResume"] = v63;
+    v126["keeps"] = v67;
+    v126["lineage"] = v73;
+    if ("quarantine" in v3) v126["quarantine"] = v75;
+    if ("network" in v3) v126["network"] = v83;
+    if ("policySources" in v3) v126["policySources"] = v104;
+    if ("volumes" in v3) v126["volumes"] = v113;
+    v126["createdAt"] = v124;
+    v126["updatedAt"] = v125;
+    v1[v2] = v126;
   }
-  const v115 = { "items": v1 };
-  return v115;
+  const v127 = { "items": v1 };
+  return v127;
   };
   }),
 };
@@ -2057,24 +2095,47 @@ export const QuotaParser: WireParser<z.output<typeof contract.QuotaSchema>> = {
     if (v8 > 1000000) return INVALID;
     v9 = v8;
   }
-  const v10 = { "maxRunning": v3, "maxSandboxes": v5, "maxDiskBytes": v7, "maxSnapshots": v9 };
-  const v11 = input["usage"];
-  if (typeof v11 !== "object" || v11 === null || Array.isArray(v11)) return INVALID;
-  const v12 = v11["running"];
-  if (typeof v12 !== "number" || !Number.isFinite(v12)) return INVALID;
-  if (!Number.isSafeInteger(v12)) return INVALID;
-  const v13 = v11["sandboxes"];
-  if (typeof v13 !== "number" || !Number.isFinite(v13)) return INVALID;
-  if (!Number.isSafeInteger(v13)) return INVALID;
-  const v14 = v11["diskBytes"];
-  if (typeof v14 !== "number" || !Number.isFinite(v14)) return INVALID;
-  if (!Number.isSafeInteger(v14)) return INVALID;
-  const v15 = v11["snapshots"];
-  if (typeof v15 !== "number" || !Number.isFinite(v15)) return INVALID;
-  if (!Number.isSafeInteger(v15)) return INVALID;
-  const v16 = { "running": v12, "sandboxes": v13, "diskBytes": v14, "snapshots": v15 };
-  const v17 = { "tenantId": v0, "limits": v10, "usage": v16 };
-  return v17;
+  const v10 = v1["maxVolumes"];
+  let v11 = null;
+  if (v10 !== null) {
+    if (typeof v10 !== "number" || !Number.isFinite(v10)) return INVALID;
+    if (!Number.isSafeInteger(v10)) return INVALID;
+    if (v10 < 0) return INVALID;
+    if (v10 > 1000000) return INVALID;
+    v11 = v10;
+  }
+  const v12 = v1["maxVolumeBytes"];
+  let v13 = null;
+  if (v12 !== null) {
+    if (typeof v12 !== "number" || !Number.isFinite(v12)) return INVALID;
+    if (!Number.isSafeInteger(v12)) return INVALID;
+    if (v12 < 0) return INVALID;
+    v13 = v12;
+  }
+  const v14 = { "maxRunning": v3, "maxSandboxes": v5, "maxDiskBytes": v7, "maxSnapshots": v9, "maxVolumes": v11, "maxVolumeBytes": v13 };
+  const v15 = input["usage"];
+  if (typeof v15 !== "object" || v15 === null || Array.isArray(v15)) return INVALID;
+  const v16 = v15["running"];
+  if (typeof v16 !== "number" || !Number.isFinite(v16)) return INVALID;
+  if (!Number.isSafeInteger(v16)) return INVALID;
+  const v17 = v15["sandboxes"];
+  if (typeof v17 !== "number" || !Number.isFinite(v17)) return INVALID;
+  if (!Number.isSafeInteger(v17)) return INVALID;
+  const v18 = v15["diskBytes"];
+  if (typeof v18 !== "number" || !Number.isFinite(v18)) return INVALID;
+  if (!Number.isSafeInteger(v18)) return INVALID;
+  const v19 = v15["snapshots"];
+  if (typeof v19 !== "number" || !Number.isFinite(v19)) return INVALID;
+  if (!Number.isSafeInteger(v19)) return INVALID;
+  const v20 = v15["volumes"];
+  if (typeof v20 !== "number" || !Number.isFinite(v20)) return INVALID;
+  if (!Number.isSafeInteger(v20)) return INVALID;
+  const v21 = v15["volumeBytes"];
+  if (typeof v21 !== "number" || !Number.isFinite(v21)) return INVALID;
+  if (!Number.isSafeInteger(v21)) return INVALID;
+  const v22 = { "running": v16, "sandboxes": v17, "diskBytes": v18, "snapshots": v19, "volumes": v20, "volumeBytes": v21 };
+  const v23 = { "tenantId": v0, "limits": v14, "usage": v22 };
+  return v23;
   };
   }),
 };
@@ -2180,6 +2241,7 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
   const c12 = new Set(["request", "tenant-default", "server-default"]);
+  const c13 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["items"];
@@ -2500,54 +2562,91 @@ export const SandboxListParser: WireParser<z.output<typeof contract.SandboxListS
       if ("policySources" in v3) return INVALID;
       v104 = undefined;
     }
-    const v112 = v3["createdAt"];
-    if (typeof v112 !== "string") return INVALID;
+    const v112 = v3["volumes"];
+    let v113 = (() => {
+      let v114;
+      if (v112 !== undefined) {
+        if (!Array.isArray(v112)) return INVALID;
+        const v115 = new Array(v112.length);
+        for (let v116 = 0; v116 < v112.length; v116++) {
+          const v117 = v112[v116];
+          if (typeof v117 !== "object" || v117 === null || Array.isArray(v117)) return INVALID;
+          const v118 = v117["volumeId"];
+          if (typeof v118 !== "string") return INVALID;
+          c13.lastIndex = 0;
+          if (!c13.test(v118)) return INVALID;
+          const v119 = v117["name"];
+          if (typeof v119 !== "string") return INVALID;
+          c1.lastIndex = 0;
+          if (!c1.test(v119)) return INVALID;
+          const v120 = v117["sandboxId"];
+          if (typeof v120 !== "string") return INVALID;
+          c0.lastIndex = 0;
+          if (!c0.test(v120)) return INVALID;
+          const v121 = v117["path"];
+          if (typeof v121 !== "string") return INVALID;
+          const v122 = v117["readOnly"];
+          if (typeof v122 !== "boolean") return INVALID;
+          const v123 = { "volumeId": v118, "name": v119, "sandboxId": v120, "path": v121, "readOnly": v122 };
+          v115[v116] = v123;
+        }
+        v114 = v115;
+      }
+      return v114;
+    })();
+    if (v113 === INVALID) {
+      if ("volumes" in v3) return INVALID;
+      v113 = undefined;
+    }
+    const v124 = v3["createdAt"];
+    if (typeof v124 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v112)) return INVALID;
-    const v113 = v3["updatedAt"];
-    if (typeof v113 !== "string") return INVALID;
+    if (!c4.test(v124)) return INVALID;
+    const v125 = v3["updatedAt"];
+    if (typeof v125 !== "string") return INVALID;
     c4.lastIndex = 0;
-    if (!c4.test(v113)) return INVALID;
-    const v114 = {};
-    v114["id"] = v4;
-    v114["template"] = v5;
-    v114["templateId"] = v6;
-    v114["state"] = v7;
-    v114["conditions"] = v9;
-    v114["env"] = v19;
-    v114["cwd"] = v25;
-    v114["hostname"] = v26;
-    v114["resources"] = v31;
-    v114["labels"] = v33;
-    v114["timeoutMs"] = v40;
-    v114["timeoutAction"] = v41;
-    v114["idleTimeoutMs"] = v43;
-    v114["maxAgeMs"] = v45;
-    v114["pausedRetentionMs"] = v47;
-    v114["snapshotKeepLast"] = v49;
-    v114["expiresAt"] = v51;
-    v114["expiry"] = v53;
-    v114["idleDeadlineAt"] = v59;
-    v114["timeoutAt"] = v61;
-    v114["desiredState"] = v62;
-    v114["autoResume"] = v63;
-    v114["keeps"] = v67;
-    v114["lineage"] = v73;
-    if ("quarantine" in v3) v114["quarantine"] = v75;
-    if ("network" in v3) v114["network"] = v83;
-    if ("policySources" in v3) v114["policySources"] = v104;
-    v114["createdAt"] = v112;
-    v114["updatedAt"] = v113;
-    v1[v2] = v114;
+    if (!c4.test(v125)) return INVALID;
+    const v126 = {};
+    v126["id"] = v4;
+    v126["template"] = v5;
+    v126["templateId"] = v6;
+    v126["state"] = v7;
+    v126["conditions"] = v9;
+    v126["env"] = v19;
+    v126["cwd"] = v25;
+    v126["hostname"] = v26;
+    v126["resources"] = v31;
+    v126["labels"] = v33;
+    v126["timeoutMs"] = v40;
+    v126["timeoutAction"] = v41;
+    v126["idleTimeoutMs"] = v43;
+    v126["maxAgeMs"] = v45;
+    v126["pausedRetentionMs"] = v47;
+    v126["snapshotKeepLast"] = v49;
+    v126["expiresAt"] = v51;
+    v126["expiry"] = v53;
+    v126["idleDeadlineAt"] = v59;
+    v126["timeoutAt"] = v61;
+    v126["desiredState"] = v62;
+    v126["autoResume"] = v63;
+    v126["keeps"] = v67;
+    v126["lineage"] = v73;
+    if ("quarantine" in v3) v126["quarantine"] = v75;
+    if ("network" in v3) v126["network"] = v83;
+    if ("policySources" in v3) v126["policySources"] = v104;
+    if ("volumes" in v3) v126["volumes"] = v113;
+    v126["createdAt"] = v124;
+    v126["updatedAt"] = v125;
+    v1[v2] = v126;
   }
-  const v115 = input["nextCursor"];
-  let v116 = null;
-  if (v115 !== null) {
-    if (typeof v115 !== "string") return INVALID;
-    v116 = v115;
+  const v127 = input["nextCursor"];
+  let v128 = null;
+  if (v127 !== null) {
+    if (typeof v127 !== "string") return INVALID;
+    v128 = v127;
   }
-  const v117 = { "items": v1, "nextCursor": v116 };
-  return v117;
+  const v129 = { "items": v1, "nextCursor": v128 };
+  return v129;
   };
   }),
 };
@@ -2569,6 +2668,7 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
   const c10 = new Set(["running", "paused", "stopped", "deleted"]);
   const c11 = new Set(["egress", "none"]);
   const c12 = new Set(["request", "tenant-default", "server-default"]);
+  const c13 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
   return (input) => {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
   const v0 = input["id"];
@@ -2883,45 +2983,82 @@ export const SandboxParser: WireParser<z.output<typeof contract.SandboxSchema>> 
     if ("policySources" in input) return INVALID;
     v100 = undefined;
   }
-  const v108 = input["createdAt"];
-  if (typeof v108 !== "string") return INVALID;
+  const v108 = input["volumes"];
+  let v109 = (() => {
+    let v110;
+    if (v108 !== undefined) {
+      if (!Array.isArray(v108)) return INVALID;
+      const v111 = new Array(v108.length);
+      for (let v112 = 0; v112 < v108.length; v112++) {
+        const v113 = v108[v112];
+        if (typeof v113 !== "object" || v113 === null || Array.isArray(v113)) return INVALID;
+        const v114 = v113["volumeId"];
+        if (typeof v114 !== "string") return INVALID;
+        c13.lastIndex = 0;
+        if (!c13.test(v114)) return INVALID;
+        const v115 = v113["name"];
+        if (typeof v115 !== "string") return INVALID;
+        c1.lastIndex = 0;
+        if (!c1.test(v115)) return INVALID;
+        const v116 = v113["sandboxId"];
+        if (typeof v116 !== "string") return INVALID;
+        c0.lastIndex = 0;
+        if (!c0.test(v116)) return INVALID;
+        const v117 = v113["path"];
+        if (typeof v117 !== "string") return INVALID;
+        const v118 = v113["readOnly"];
+        if (typeof v118 !== "boolean") return INVALID;
+        const v119 = { "volumeId": v114, "name": v115, "sandboxId": v116, "path": v117, "readOnly": v118 };
+        v111[v112] = v119;
+      }
+      v110 = v111;
+    }
+    return v110;
+  })();
+  if (v109 === INVALID) {
+    if ("volumes" in input) return INVALID;
+    v109 = undefined;
+  }
+  const v120 = input["createdAt"];
+  if (typeof v120 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v108)) return INVALID;
-  const v109 = input["updatedAt"];
-  if (typeof v109 !== "string") return INVALID;
+  if (!c4.test(v120)) return INVALID;
+  const v121 = input["updatedAt"];
+  if (typeof v121 !== "string") return INVALID;
   c4.lastIndex = 0;
-  if (!c4.test(v109)) return INVALID;
-  const v110 = {};
-  v110["id"] = v0;
-  v110["template"] = v1;
-  v110["templateId"] = v2;
-  v110["state"] = v3;
-  v110["conditions"] = v5;
-  v110["env"] = v15;
-  v110["cwd"] = v21;
-  v110["hostname"] = v22;
-  v110["resources"] = v27;
-  v110["labels"] = v29;
-  v110["timeoutMs"] = v36;
-  v110["timeoutAction"] = v37;
-  v110["idleTimeoutMs"] = v39;
-  v110["maxAgeMs"] = v41;
-  v110["pausedRetentionMs"] = v43;
-  v110["snapshotKeepLast"] = v45;
-  v110["expiresAt"] = v47;
-  v110["expiry"] = v49;
-  v110["idleDeadlineAt"] = v55;
-  v110["timeoutAt"] = v57;
-  v110["desiredState"] = v58;
-  v110["autoResume"] = v59;
-  v110["keeps"] = v63;
-  v110["lineage"] = v69;
-  if ("quarantine" in input) v110["quarantine"] = v71;
-  if ("network" in input) v110["network"] = v79;
-  if ("policySources" in input) v110["policySources"] = v100;
-  v110["createdAt"] = v108;
-  v110["updatedAt"] = v109;
-  return v110;
+  if (!c4.test(v121)) return INVALID;
+  const v122 = {};
+  v122["id"] = v0;
+  v122["template"] = v1;
+  v122["templateId"] = v2;
+  v122["state"] = v3;
+  v122["conditions"] = v5;
+  v122["env"] = v15;
+  v122["cwd"] = v21;
+  v122["hostname"] = v22;
+  v122["resources"] = v27;
+  v122["labels"] = v29;
+  v122["timeoutMs"] = v36;
+  v122["timeoutAction"] = v37;
+  v122["idleTimeoutMs"] = v39;
+  v122["maxAgeMs"] = v41;
+  v122["pausedRetentionMs"] = v43;
+  v122["snapshotKeepLast"] = v45;
+  v122["expiresAt"] = v47;
+  v122["expiry"] = v49;
+  v122["idleDeadlineAt"] = v55;
+  v122["timeoutAt"] = v57;
+  v122["desiredState"] = v58;
+  v122["autoResume"] = v59;
+  v122["keeps"] = v63;
+  v122["lineage"] = v69;
+  if ("quarantine" in input) v122["quarantine"] = v71;
+  if ("network" in input) v122["network"] = v79;
+  if ("policySources" in input) v122["policySources"] = v100;
+  if ("volumes" in input) v122["volumes"] = v109;
+  v122["createdAt"] = v120;
+  v122["updatedAt"] = v121;
+  return v122;
   };
   }),
 };
@@ -3819,6 +3956,255 @@ export const UsageReportParser: WireParser<z.output<typeof contract.UsageReportS
   const v25 = { "runningSeconds": v18, "vcpuSeconds": v19, "memoryGiBSeconds": v20, "pausedSeconds": v21, "stoppedSeconds": v22, "diskGiBSeconds": v23, "snapshotGiBSeconds": v24 };
   const v26 = { "tenantId": v0, "from": v1, "to": v2, "groupBy": v3, "groups": v5, "total": v25 };
   return v26;
+  };
+  }),
+};
+
+/** Parses like `VolumeListSchema.safeParse`: the value, or INVALID. */
+export const VolumeListParser: WireParser<z.output<typeof contract.VolumeListSchema>> = {
+  schemaName: 'VolumeListSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
+  const c1 = new RegExp("^[a-z0-9][a-z0-9-]{0,62}$", "");
+  const c2 = new Set(["volume", "snapshot"]);
+  const c3 = isPlainObject;
+  const c4 = Object.prototype.propertyIsEnumerable;
+  const c5 = new Set(["reflink", "sparse-copy"]);
+  const c6 = new RegExp("^sbx_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
+  const c7 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["items"];
+  if (!Array.isArray(v0)) return INVALID;
+  const v1 = new Array(v0.length);
+  for (let v2 = 0; v2 < v0.length; v2++) {
+    const v3 = v0[v2];
+    if (typeof v3 !== "object" || v3 === null || Array.isArray(v3)) return INVALID;
+    const v4 = v3["id"];
+    if (typeof v4 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v4)) return INVALID;
+    const v5 = v3["name"];
+    if (typeof v5 !== "string") return INVALID;
+    c1.lastIndex = 0;
+    if (!c1.test(v5)) return INVALID;
+    const v6 = v3["kind"];
+    if (!c2.has(v6)) return INVALID;
+    const v7 = v3["sizeMiB"];
+    if (typeof v7 !== "number" || !Number.isFinite(v7)) return INVALID;
+    if (!Number.isSafeInteger(v7)) return INVALID;
+    const v8 = v3["usedBytes"];
+    let v9 = null;
+    if (v8 !== null) {
+      if (typeof v8 !== "number" || !Number.isFinite(v8)) return INVALID;
+      if (!Number.isSafeInteger(v8)) return INVALID;
+      v9 = v8;
+    }
+    const v10 = v3["labels"];
+    if (!c3(v10)) return INVALID;
+    const v11 = {};
+    const v14 = Object.getOwnPropertySymbols(v10);
+    const v15 = Object.getOwnPropertyNames(v10);
+    for (let v16 = 0; v16 < v15.length; v16++) {
+      const v12 = v15[v16];
+      if (v12 === "__proto__" || !c4.call(v10, v12)) continue;
+      const v13 = v10[v12];
+      if (typeof v13 !== "string") return INVALID;
+      v11[v12] = v13;
+    }
+    for (let v16 = 0; v16 < v14.length; v16++) {
+      const v12 = v14[v16];
+      if (!c4.call(v10, v12)) continue;
+      return INVALID;
+    }
+    const v17 = v3["shared"];
+    if (typeof v17 !== "boolean") return INVALID;
+    const v18 = v3["lineage"];
+    if (typeof v18 !== "object" || v18 === null || Array.isArray(v18)) return INVALID;
+    const v19 = v18["sourceId"];
+    let v20 = null;
+    if (v19 !== null) {
+      if (typeof v19 !== "string") return INVALID;
+      c0.lastIndex = 0;
+      if (!c0.test(v19)) return INVALID;
+      v20 = v19;
+    }
+    const v21 = v18["copyMethod"];
+    let v22 = null;
+    if (v21 !== null) {
+      if (!c5.has(v21)) return INVALID;
+      v22 = v21;
+    }
+    const v23 = { "sourceId": v20, "copyMethod": v22 };
+    const v24 = v3["mounts"];
+    if (!Array.isArray(v24)) return INVALID;
+    const v25 = new Array(v24.length);
+    for (let v26 = 0; v26 < v24.length; v26++) {
+      const v27 = v24[v26];
+      if (typeof v27 !== "object" || v27 === null || Array.isArray(v27)) return INVALID;
+      const v28 = v27["volumeId"];
+      if (typeof v28 !== "string") return INVALID;
+      c0.lastIndex = 0;
+      if (!c0.test(v28)) return INVALID;
+      const v29 = v27["name"];
+      if (typeof v29 !== "string") return INVALID;
+      c1.lastIndex = 0;
+      if (!c1.test(v29)) return INVALID;
+      const v30 = v27["sandboxId"];
+      if (typeof v30 !== "string") return INVALID;
+      c6.lastIndex = 0;
+      if (!c6.test(v30)) return INVALID;
+      const v31 = v27["path"];
+      if (typeof v31 !== "string") return INVALID;
+      const v32 = v27["readOnly"];
+      if (typeof v32 !== "boolean") return INVALID;
+      const v33 = { "volumeId": v28, "name": v29, "sandboxId": v30, "path": v31, "readOnly": v32 };
+      v25[v26] = v33;
+    }
+    const v34 = v3["expiresAt"];
+    let v35 = null;
+    if (v34 !== null) {
+      if (typeof v34 !== "string") return INVALID;
+      c7.lastIndex = 0;
+      if (!c7.test(v34)) return INVALID;
+      v35 = v34;
+    }
+    const v36 = v3["createdAt"];
+    if (typeof v36 !== "string") return INVALID;
+    c7.lastIndex = 0;
+    if (!c7.test(v36)) return INVALID;
+    const v37 = v3["updatedAt"];
+    if (typeof v37 !== "string") return INVALID;
+    c7.lastIndex = 0;
+    if (!c7.test(v37)) return INVALID;
+    const v38 = { "id": v4, "name": v5, "kind": v6, "sizeMiB": v7, "usedBytes": v9, "labels": v11, "shared": v17, "lineage": v23, "mounts": v25, "expiresAt": v35, "createdAt": v36, "updatedAt": v37 };
+    v1[v2] = v38;
+  }
+  const v39 = input["nextCursor"];
+  let v40 = null;
+  if (v39 !== null) {
+    if (typeof v39 !== "string") return INVALID;
+    v40 = v39;
+  }
+  const v41 = { "items": v1, "nextCursor": v40 };
+  return v41;
+  };
+  }),
+};
+
+/** Parses like `VolumeSchema.safeParse`: the value, or INVALID. */
+export const VolumeParser: WireParser<z.output<typeof contract.VolumeSchema>> = {
+  schemaName: 'VolumeSchema',
+  parse: lazyParser(() => {
+  const c0 = new RegExp("^vol_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
+  const c1 = new RegExp("^[a-z0-9][a-z0-9-]{0,62}$", "");
+  const c2 = new Set(["volume", "snapshot"]);
+  const c3 = isPlainObject;
+  const c4 = Object.prototype.propertyIsEnumerable;
+  const c5 = new Set(["reflink", "sparse-copy"]);
+  const c6 = new RegExp("^sbx_[0123456789abcdefghjkmnpqrstvwxyz]{20}$", "");
+  const c7 = new RegExp("^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z))$", "");
+  return (input) => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return INVALID;
+  const v0 = input["id"];
+  if (typeof v0 !== "string") return INVALID;
+  c0.lastIndex = 0;
+  if (!c0.test(v0)) return INVALID;
+  const v1 = input["name"];
+  if (typeof v1 !== "string") return INVALID;
+  c1.lastIndex = 0;
+  if (!c1.test(v1)) return INVALID;
+  const v2 = input["kind"];
+  if (!c2.has(v2)) return INVALID;
+  const v3 = input["sizeMiB"];
+  if (typeof v3 !== "number" || !Number.isFinite(v3)) return INVALID;
+  if (!Number.isSafeInteger(v3)) return INVALID;
+  const v4 = input["usedBytes"];
+  let v5 = null;
+  if (v4 !== null) {
+    if (typeof v4 !== "number" || !Number.isFinite(v4)) return INVALID;
+    if (!Number.isSafeInteger(v4)) return INVALID;
+    v5 = v4;
+  }
+  const v6 = input["labels"];
+  if (!c3(v6)) return INVALID;
+  const v7 = {};
+  const v10 = Object.getOwnPropertySymbols(v6);
+  const v11 = Object.getOwnPropertyNames(v6);
+  for (let v12 = 0; v12 < v11.length; v12++) {
+    const v8 = v11[v12];
+    if (v8 === "__proto__" || !c4.call(v6, v8)) continue;
+    const v9 = v6[v8];
+    if (typeof v9 !== "string") return INVALID;
+    v7[v8] = v9;
+  }
+  for (let v12 = 0; v12 < v10.length; v12++) {
+    const v8 = v10[v12];
+    if (!c4.call(v6, v8)) continue;
+    return INVALID;
+  }
+  const v13 = input["shared"];
+  if (typeof v13 !== "boolean") return INVALID;
+  const v14 = input["lineage"];
+  if (typeof v14 !== "object" || v14 === null || Array.isArray(v14)) return INVALID;
+  const v15 = v14["sourceId"];
+  let v16 = null;
+  if (v15 !== null) {
+    if (typeof v15 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v15)) return INVALID;
+    v16 = v15;
+  }
+  const v17 = v14["copyMethod"];
+  let v18 = null;
+  if (v17 !== null) {
+    if (!c5.has(v17)) return INVALID;
+    v18 = v17;
+  }
+  const v19 = { "sourceId": v16, "copyMethod": v18 };
+  const v20 = input["mounts"];
+  if (!Array.isArray(v20)) return INVALID;
+  const v21 = new Array(v20.length);
+  for (let v22 = 0; v22 < v20.length; v22++) {
+    const v23 = v20[v22];
+    if (typeof v23 !== "object" || v23 === null || Array.isArray(v23)) return INVALID;
+    const v24 = v23["volumeId"];
+    if (typeof v24 !== "string") return INVALID;
+    c0.lastIndex = 0;
+    if (!c0.test(v24)) return INVALID;
+    const v25 = v23["name"];
+    if (typeof v25 !== "string") return INVALID;
+    c1.lastIndex = 0;
+    if (!c1.test(v25)) return INVALID;
+    const v26 = v23["sandboxId"];
+    if (typeof v26 !== "string") return INVALID;
+    c6.lastIndex = 0;
+    if (!c6.test(v26)) return INVALID;
+    const v27 = v23["path"];
+    if (typeof v27 !== "string") return INVALID;
+    const v28 = v23["readOnly"];
+    if (typeof v28 !== "boolean") return INVALID;
+    const v29 = { "volumeId": v24, "name": v25, "sandboxId": v26, "path": v27, "readOnly": v28 };
+    v21[v22] = v29;
+  }
+  const v30 = input["expiresAt"];
+  let v31 = null;
+  if (v30 !== null) {
+    if (typeof v30 !== "string") return INVALID;
+    c7.lastIndex = 0;
+    if (!c7.test(v30)) return INVALID;
+    v31 = v30;
+  }
+  const v32 = input["createdAt"];
+  if (typeof v32 !== "string") return INVALID;
+  c7.lastIndex = 0;
+  if (!c7.test(v32)) return INVALID;
+  const v33 = input["updatedAt"];
+  if (typeof v33 !== "string") return INVALID;
+  c7.lastIndex = 0;
+  if (!c7.test(v33)) return INVALID;
+  const v34 = { "id": v0, "name": v1, "kind": v2, "sizeMiB": v3, "usedBytes": v5, "labels": v7, "shared": v13, "lineage": v19, "mounts": v21, "expiresAt": v31, "createdAt": v32, "updatedAt": v33 };
+  return v34;
   };
   }),
 };

@@ -48,6 +48,8 @@ import { assertRouteHasAccess, registerScopeGuard } from './scope-guard.js';
 import { registerSecretRoutes } from './secret-routes.js';
 import { registerTemplateRoutes } from './template-routes.js';
 import { registerUsageRoutes } from './usage-routes.js';
+import { registerVolumeFileRoutes } from './volume-file-routes.js';
+import { registerVolumeRoutes } from './volume-routes.js';
 import type { ZodApp } from './zod-app.js';
 
 /** Server version reported by `/v1/health` and the OpenAPI document. */
@@ -213,6 +215,7 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
       registerUsageRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerSandboxMetricsRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
       registerBucketRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerVolumeRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
     },
     { prefix: '/v1' },
   );
@@ -223,8 +226,12 @@ export async function buildApp(options: AppOptions): Promise<ZodApp> {
     ...(options.consoleDir === undefined ? {} : { dir: options.consoleDir }),
   });
   // File routes get their own scope: only there is application/octet-stream accepted (streamed, not buffered).
-  await app.register(async (scope) => registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services), {
-    prefix: '/v1',
-  });
+  await app.register(
+    async (scope) => {
+      registerFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+      registerVolumeFileRoutes(scope.withTypeProvider<ZodTypeProvider>(), services);
+    },
+    { prefix: '/v1' },
+  );
   return app;
 }

@@ -2,6 +2,7 @@ import type { ErrorEnvelope } from '@burrow/contract';
 import { ERROR_HTTP_STATUS, ErrorCode } from '@burrow/contract';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
 import { QuotaExceededError } from '../store/quota-store.js';
+import { VolumeMountTakenError } from '../store/volume-store.js';
 import { ApiError } from '../util/api-error.js';
 
 /** An error turned into the envelope and the HTTP status to answer with. */
@@ -79,6 +80,18 @@ export function mapError(error: unknown, requestId: string): MappedError {
         error.message,
         'free capacity (delete, pause or stop sandboxes, delete snapshots) or ask an admin to raise the quota; see GET /v1/quota',
         { limit, max, used, requested },
+      ),
+      unexpected: false,
+    };
+  }
+  if (error instanceof VolumeMountTakenError) {
+    return {
+      statusCode: ERROR_HTTP_STATUS.volume_mount_conflict,
+      envelope: envelope(
+        ErrorCode.volumeMountConflict,
+        `${error.message}; a volume that is not shared has one read-write mount at a time`,
+        'mount it with readOnly: true, delete or stop the other sandbox first, or use a volume created with shared: true',
+        { volumeId: error.volumeId, sandboxId: error.holderSandboxId },
       ),
       unexpected: false,
     };

@@ -1,6 +1,7 @@
 import type {
   Condition,
   ForkSandboxResponse,
+  ForkVolumes,
   Resources,
   Sandbox,
   SandboxState,
@@ -33,6 +34,7 @@ import type { Metrics } from './metrics.js';
 import { SnapshotStoreError } from './s3-errors.js';
 import type { SecretService } from './secret-service.js';
 import type { TemplateService } from './template-service.js';
+import type { VolumeService } from './volume-service.js';
 
 /** What the persistence verbs need of the sandbox service: read a row the caller may see, and show it. */
 export interface SandboxLookup {
@@ -58,6 +60,8 @@ export interface PersistenceDeps {
   events?: EventService | undefined;
   /** Gives fork children their parent's secret placeholders (absent: no secrets). */
   secrets?: Pick<SecretService, 'copyBindings'> | undefined;
+  /** The sandboxes' volume mounts (absent: none). */
+  volumes?: VolumeService | undefined;
 }
 
 /** A snapshot row as the API shows it, with its upload state in a remote store (null for a local one). */
@@ -353,7 +357,11 @@ export class PersistenceService {
    * N new running sandboxes from one checkpoint of `id` (running: held still only for the checkpoint; or paused).
    * @throws ApiError `sandbox_not_found`, `sandbox_not_running`, `unsupported`, `runtime_error` (no child is left)
    */
-  async fork(caller: Principal, id: string, input: { count: number }): Promise<ForkSandboxResponse> {
+  async fork(
+    caller: Principal,
+    id: string,
+    input: { count: number; volumes?: ForkVolumes | undefined },
+  ): Promise<ForkSandboxResponse> {
     return this.deps.mutex.run(id, async () => {
       const parent = await this.deps.service.require(caller.tenantId, id);
       this.expectState(parent, ['running', 'paused'], 'fork');
@@ -378,12 +386,16 @@ export class PersistenceService {
       // The children's locks keep the reconciler off their `creating` rows while the fork runs.
       return this.withLocks(
         children.map((c) => c.id),
-        () => this.forkUnderLocks(parent, children),
+        () => this.forkUnderLocks(parent, children, input.volumes ?? 'fork'),
       );
     });
   }
 
-  private async forkUnderLocks(parent: SandboxRecord, children: SandboxRecord[]): Promise<ForkSandboxResponse> {
+  private async forkUnderLocks(
+    parent: SandboxRecord,
+    children: SandboxRecord[],
+    volumeMode: ForkVolumes,
+  ): Promise<ForkSandboxResponse> {
     const id = parent.id;
     {
       for (const child of children) await this.deps.sandboxes.insert(child);
@@ -391,6 +403,22 @@ export class PersistenceService {
         id,
         children.map((child) => child.id),
       );
+      const plan = await this.deps.volumes?.planFork(
+        parent.tenantId,
+        id,
+        children.map((c) => c.id),
+        volumeMode,
+      );
+      const childMounts = (childId: string) => plan?.mounts.get(childId) ?? [];
+      try {
+        for (const child of children) {
+          await this.deps.sandboxes.insert(child, { also: this.deps.volumes?.insertMounts(childMounts(child.id)) });
+        }
+      } catch (error) {
+        for (const child of children) await this.deps.sandboxes.remove(child.tenantId, child.id);
+        await this.deps.volumes?.undoFork(parent.tenantId, plan?.made ?? []);
+        throw error;
+      }
       crashPoint('fork:after-child-rows');
       const startedMs = this.deps.clock.nowMs();
       try {
@@ -400,10 +428,16 @@ export class PersistenceService {
           resources: options.resources,
           // The children inherit the parent's policy (their rows copy it) and get their own addresses.
           network: options.network,
-          children: children.map((c) => ({ sandboxId: c.id, hostname: c.hostname })),
+          volumes: options.volumes,
+          children: children.map((c) => ({
+            sandboxId: c.id,
+            hostname: c.hostname,
+            volumes: this.deps.volumes?.binds(childMounts(c.id)),
+          })),
         });
       } catch (error) {
         for (const child of children) await this.deps.sandboxes.remove(child.tenantId, child.id);
+        await this.deps.volumes?.undoFork(parent.tenantId, plan?.made ?? []);
         throw runtimeFailure(`forking sandbox ${id} failed`, error);
       }
       crashPoint('fork:after-runtime');
@@ -565,6 +599,7 @@ export class PersistenceService {
       resources,
       hostname: record.hostname,
       network: record.network ?? undefined,
+      volumes: await this.deps.volumes?.bindsOf(record.id),
     };
   }
 

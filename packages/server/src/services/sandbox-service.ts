@@ -8,7 +8,7 @@ import type {
   SandboxState,
 } from '@burrow/contract';
 import { DEFAULT_RESOURCES, ErrorCode } from '@burrow/contract';
-import type { RuntimeDriver } from '@burrow/runtime';
+import { crashPoint, type RuntimeDriver } from '@burrow/runtime';
 import type { Logger } from 'pino';
 import type { ActivitySnapshot, ActivityTracker } from '../lifecycle/activity-tracker.js';
 import { lifecycleView } from '../lifecycle/expiry-view.js';
@@ -42,6 +42,7 @@ import { type NetworkSettings, networkView, resolveNetworkPolicy } from './netwo
 import { PersistenceService, runtimeFailure } from './persistence-service.js';
 import type { SandboxSecretsPlan, SecretService } from './secret-service.js';
 import type { TemplateService } from './template-service.js';
+import type { MountRequest, VolumeService } from './volume-service.js';
 import type { WarmPool } from './warm-pool.js';
 
 /** A create request after contract defaults are applied. */
@@ -70,6 +71,8 @@ export interface CreateSandboxInput {
   network?: NetworkPolicyRequestParsed | undefined;
   /** Secrets whose placeholders go into env vars (see {@link SecretService.plan}). */
   secrets?: SandboxSecretRequest[] | undefined;
+  /** Volumes to mount. @default none */
+  volumes?: readonly MountRequest[] | undefined;
 }
 
 /** List query after contract parsing. */
@@ -112,6 +115,8 @@ export interface SandboxServiceDeps {
   secrets?: SecretService | undefined;
   /** Puts the egress CA into a new sandbox's trust stores (absent: nothing is installed). */
   installSecretTrust?: ((sandboxId: string) => Promise<void>) | undefined;
+  /** Volume mounts of sandboxes (absent: a create that asks for volumes is refused). */
+  volumes?: VolumeService | undefined;
 }
 
 /** The API view of a sandbox row. */
@@ -220,7 +225,11 @@ export class SandboxService {
             memoryMiB: restoreMemory ? snapshot.settings.memoryMiB : (input.memoryMiB ?? snapshot.settings.memoryMiB),
             diskMiB: snapshot.settings.diskMiB,
           };
-    if (snapshot === null && this.deps.pool !== undefined && secretPlan === null) {
+    const wantsVolumes = (input.volumes?.length ?? 0) > 0;
+    if (wantsVolumes && this.deps.volumes === undefined) {
+      throw new ApiError(ErrorCode.unsupported, 'this server has no volumes', { hint: 'leave volumes out' });
+    }
+    if (snapshot === null && this.deps.pool !== undefined && secretPlan === null && !wantsVolumes) {
       // Fast path: a pool sandbox of the same template and resources, handed over by one conditional update.
       const claimed = await this.deps.pool.claim({
         tenantId: caller.tenantId,
@@ -277,7 +286,9 @@ export class SandboxService {
           policySources: sources,
         },
       };
-      await this.deps.sandboxes.insert(record);
+      const mounts = (await this.deps.volumes?.resolveMounts(caller.tenantId, id, input.volumes ?? [])) ?? [];
+      await this.deps.sandboxes.insert(record, { also: this.deps.volumes?.insertMounts(mounts) });
+      if (mounts.length > 0) crashPoint('create:after-volume-mount-rows');
       const startedMs = this.deps.clock.nowMs();
       try {
         if (secretPlan !== null) await this.deps.secrets?.bind(caller.tenantId, id, secretPlan.bindings);
@@ -287,6 +298,7 @@ export class SandboxService {
           resources,
           hostname: record.hostname,
           network: record.network ?? undefined,
+          volumes: this.deps.volumes?.binds(mounts),
         };
         if (snapshot === null) await this.deps.driver.create(options);
         else {
@@ -307,7 +319,9 @@ export class SandboxService {
           'sandbox created',
         );
         this.deps.metrics?.createFinished(id, true, startedMs, this.deps.clock.nowMs());
-        return this.view(running);
+        return mounts.length === 0
+          ? this.view(running)
+          : { ...this.view(running), volumes: await this.deps.volumes?.mountsView(id) };
       } catch (error) {
         logger.warn({ err: error }, 'sandbox create failed; removing what it left');
         this.deps.metrics?.createFinished(id, false, startedMs, this.deps.clock.nowMs());
@@ -377,7 +391,11 @@ export class SandboxService {
       const record = await this.require(caller.tenantId, id);
       const view = toSandboxSeen(await this.refresh(record), this.activityOf(id));
       const usage = await this.deps.driver.networkUsage?.(id).catch(() => null);
-      return usage === null || usage === undefined ? view : { ...view, network: networkView(record, usage) };
+      const volumes = await this.deps.volumes?.mountsView(id);
+      const withVolumes = volumes === undefined || volumes.length === 0 ? view : { ...view, volumes };
+      return usage === null || usage === undefined
+        ? withVolumes
+        : { ...withVolumes, network: networkView(record, usage) };
     });
   }
 

@@ -19,6 +19,7 @@ import type { SyncService } from './sync-service.js';
 import type { TemplateService } from './template-service.js';
 import type { TenantDefaultsService } from './tenant-defaults-service.js';
 import type { UsageService } from './usage-service.js';
+import type { VolumeService } from './volume-service.js';
 
 /** Every service the HTTP layer calls. */
 export interface Services {
@@ -58,6 +59,8 @@ export interface Services {
   buckets?: BucketService | undefined;
   /** Artifact sync with those buckets. @default absent in the OpenAPI writer */
   sync?: SyncService | undefined;
+  /** Volumes, their snapshots and forks. */
+  volumes: VolumeService;
   /** Name of the runtime driver, for `/v1/health`. */
   driverName: string;
 }

@@ -148,7 +148,50 @@ export interface TenantQuotasTable {
   max_sandboxes: number | null;
   max_disk_bytes: number | null;
   max_snapshots: number | null;
+  /** From 2100. */
+  max_volumes?: number | null;
+  max_volume_bytes?: number | null;
   updated_at: string;
+}
+
+/** `volumes` (2100): a tenant's volumes, volume snapshots and forks; the bytes live in the VolumeHost under `id`. */
+export interface VolumesTable {
+  id: string;
+  tenant_id: string;
+  name: string;
+  /** `volume | snapshot`. */
+  kind: string;
+  size_mib: number;
+  /** JSON object of labels (the filterable copy lives in `volume_labels`). */
+  labels: string;
+  /** 1 when several sandboxes may mount it read-write. */
+  shared: number;
+  /** `creating` until its storage exists, then `ready`; `deleting` while it goes. */
+  state: string;
+  source_id: string | null;
+  copy_method: string | null;
+  expires_at: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** `volume_labels` (2100): one row per label of a volume, for filtering. */
+export interface VolumeLabelsTable {
+  tenant_id: string;
+  volume_id: string;
+  key: string;
+  value: string;
+}
+
+/** `volume_mounts` (2100): which sandbox mounts which volume where. */
+export interface VolumeMountsTable {
+  sandbox_id: string;
+  volume_id: string;
+  tenant_id: string;
+  path: string;
+  read_only: number;
+  /** Order in the create request. */
+  position: number;
 }
 
 /** `tenant_policy_defaults`: a tenant's lifecycle policy defaults, JSON of the fields an admin set. */
@@ -244,6 +287,9 @@ export interface DB {
   sandbox_public_ports: SandboxPublicPortsTable;
   secrets: SecretsTable;
   sandbox_secrets: SandboxSecretsTable;
+  volumes: VolumesTable;
+  volume_labels: VolumeLabelsTable;
+  volume_mounts: VolumeMountsTable;
 }
 
 /** `audit_log`: one hash-chained record per changing or refused request (append-only). */

@@ -392,3 +392,62 @@ MIGRATIONS['2200_buckets'] = {
     await db.schema.dropTable('buckets').ifExists().execute();
   },
 };
+
+/** Issue 21: volumes, their labels and mounts; the tenant's volume quotas. */
+MIGRATIONS['2100_volumes'] = {
+  async up(db: Kysely<unknown>) {
+    await db.schema
+      .createTable('volumes')
+      .addColumn('id', 'text', (c) => c.primaryKey())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('kind', 'text', (c) => c.notNull())
+      .addColumn('size_mib', 'integer', (c) => c.notNull())
+      .addColumn('labels', 'text', (c) => c.notNull())
+      .addColumn('shared', 'integer', (c) => c.notNull())
+      .addColumn('state', 'text', (c) => c.notNull())
+      .addColumn('source_id', 'text')
+      .addColumn('copy_method', 'text')
+      .addColumn('expires_at', 'text')
+      .addColumn('created_at', 'text', (c) => c.notNull())
+      .addColumn('updated_at', 'text', (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex('volumes_tenant_name').on('volumes').columns(['tenant_id', 'name']).unique().execute();
+    await db.schema
+      .createIndex('volumes_tenant_page')
+      .on('volumes')
+      .columns(['tenant_id', 'created_at', 'id'])
+      .execute();
+    await db.schema
+      .createTable('volume_labels')
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('volume_id', 'text', (c) => c.notNull())
+      .addColumn('key', 'text', (c) => c.notNull())
+      .addColumn('value', 'text', (c) => c.notNull())
+      .addPrimaryKeyConstraint('volume_labels_pk', ['volume_id', 'key'])
+      .execute();
+    await db.schema
+      .createIndex('volume_labels_lookup')
+      .on('volume_labels')
+      .columns(['tenant_id', 'key', 'value'])
+      .execute();
+    await db.schema
+      .createTable('volume_mounts')
+      .addColumn('sandbox_id', 'text', (c) => c.notNull())
+      .addColumn('volume_id', 'text', (c) => c.notNull())
+      .addColumn('tenant_id', 'text', (c) => c.notNull())
+      .addColumn('path', 'text', (c) => c.notNull())
+      .addColumn('read_only', 'integer', (c) => c.notNull())
+      .addColumn('position', 'integer', (c) => c.notNull())
+      .addPrimaryKeyConstraint('volume_mounts_pk', ['sandbox_id', 'path'])
+      .execute();
+    await db.schema.createIndex('volume_mounts_volume').on('volume_mounts').columns(['volume_id']).execute();
+    await db.schema.alterTable('tenant_quotas').addColumn('max_volumes', 'integer').execute();
+    await db.schema.alterTable('tenant_quotas').addColumn('max_volume_bytes', 'double precision').execute();
+  },
+  async down(db: Kysely<unknown>) {
+    await db.schema.alterTable('tenant_quotas').dropColumn('max_volume_bytes').execute();
+    await db.schema.alterTable('tenant_quotas').dropColumn('max_volumes').execute();
+    for (const t of ['volume_mounts', 'volume_labels', 'volumes']) await db.schema.dropTable(t).ifExists().execute();
+  },
+};

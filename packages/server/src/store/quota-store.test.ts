@@ -82,6 +82,8 @@ describe.each(testDatabases('quota'))('atomic quotas on %s', (_name, prepare) =>
       sandboxes: 2,
       diskBytes: 200 * 1024 * 1024,
       snapshots: 0,
+      volumes: 0,
+      volumeBytes: 0,
     });
   });
 });

@@ -9,7 +9,14 @@ const MIB = 1024 * 1024;
 export const RUNNING_QUOTA_STATES = ['creating', 'running', 'pausing', 'resuming', 'stopping'] as const;
 
 /** Limits of a tenant with no quota row: unlimited. */
-export const UNLIMITED: QuotaLimits = { maxRunning: null, maxSandboxes: null, maxDiskBytes: null, maxSnapshots: null };
+export const UNLIMITED: QuotaLimits = {
+  maxRunning: null,
+  maxSandboxes: null,
+  maxDiskBytes: null,
+  maxSnapshots: null,
+  maxVolumes: null,
+  maxVolumeBytes: null,
+};
 
 /** What a tenant uses now. */
 export interface QuotaUsage {
@@ -17,6 +24,10 @@ export interface QuotaUsage {
   sandboxes: number;
   diskBytes: number;
   snapshots: number;
+  /** Volumes, volume snapshots and forks. */
+  volumes: number;
+  /** Sum of their `sizeMiB`, bytes. */
+  volumeBytes: number;
 }
 
 /** What one operation adds to the usage. */
@@ -46,6 +57,8 @@ const CHECKS: Array<[keyof QuotaLimits, keyof QuotaUsage]> = [
   ['maxSandboxes', 'sandboxes'],
   ['maxDiskBytes', 'diskBytes'],
   ['maxSnapshots', 'snapshots'],
+  ['maxVolumes', 'volumes'],
+  ['maxVolumeBytes', 'volumeBytes'],
 ];
 
 /**
@@ -92,6 +105,8 @@ export class QuotaStore {
       maxSandboxes: n(row.max_sandboxes),
       maxDiskBytes: n(row.max_disk_bytes),
       maxSnapshots: n(row.max_snapshots),
+      maxVolumes: n(row.max_volumes ?? null),
+      maxVolumeBytes: n(row.max_volume_bytes ?? null),
     };
   }
 
@@ -102,6 +117,8 @@ export class QuotaStore {
       max_sandboxes: limits.maxSandboxes,
       max_disk_bytes: limits.maxDiskBytes,
       max_snapshots: limits.maxSnapshots,
+      max_volumes: limits.maxVolumes,
+      max_volume_bytes: limits.maxVolumeBytes,
       updated_at: at,
     };
     await this.db
@@ -133,11 +150,21 @@ export class QuotaStore {
       .select((eb) => eb.fn.countAll<number>().as('n'))
       .where('tenant_id', '=', tenantId)
       .executeTakeFirstOrThrow();
+    const volumes = await trx
+      .selectFrom('volumes')
+      .select((eb) => [
+        eb.fn.countAll<number>().as('n'),
+        eb.fn.coalesce(eb.fn.sum<number>('size_mib'), eb.lit(0)).as('mib'),
+      ])
+      .where('tenant_id', '=', tenantId)
+      .executeTakeFirstOrThrow();
     return {
       running: Number(running.n),
       sandboxes: Number(sandboxes.n),
       diskBytes: Number(sandboxes.disk) * MIB,
       snapshots: Number(snapshots.n),
+      volumes: Number(volumes.n),
+      volumeBytes: Number(volumes.mib) * MIB,
     };
   }
 
@@ -155,6 +182,8 @@ export class QuotaStore {
           max_sandboxes: null,
           max_disk_bytes: null,
           max_snapshots: null,
+          max_volumes: null,
+          max_volume_bytes: null,
           updated_at: new Date(0).toISOString(),
         })
         .onConflict((oc) => oc.column('tenant_id').doNothing())

@@ -205,8 +205,8 @@ export class SandboxStore {
    * Insert a new sandbox and its labels in one transaction, within the tenant's quotas.
    * @throws QuotaExceededError when the tenant's running, sandbox or disk quota would be passed (nothing written)
    */
-  async insert(record: SandboxRecord): Promise<void> {
-    await this.db.transaction().execute(async (trx) => {
+  async insert(record: SandboxRecord, options: WithInTransaction = {}): Promise<void> {
+    const after = await this.db.transaction().execute(async (trx) => {
       await this.quotas.guard(trx, record.tenantId, {
         sandboxes: 1,
         running: RUNNING_QUOTA_STATES.includes(record.state as (typeof RUNNING_QUOTA_STATES)[number]) ? 1 : 0,
@@ -249,7 +249,9 @@ export class SandboxStore {
           .values(labels.map(([key, value]) => ({ tenant_id: record.tenantId, sandbox_id: record.id, key, value })))
           .execute();
       }
+      return options.also === undefined ? null : await options.also(trx);
     });
+    SandboxStore.published([after]);
   }
 
   /** The sandbox `id` of `tenantId`, or null (also for another tenant's id). */
@@ -438,6 +440,7 @@ export class SandboxStore {
     const publish = await this.db.transaction().execute(async (trx) => {
       const before = hook === null ? null : await this.getIn(trx, tenantId, id);
       await trx.deleteFrom('sandbox_labels').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
+      await trx.deleteFrom('volume_mounts').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
       await trx.deleteFrom('sandboxes').where('tenant_id', '=', tenantId).where('id', '=', id).execute();
       await revokeKeysOfSandbox(trx, id, removedAt);
       return hook !== null && before !== null ? hook(trx, before, null) : null;

@@ -10,6 +10,7 @@ import { SandboxStore } from './sandbox-store.js';
 import { SnapshotStore } from './snapshot-store.js';
 import { TemplateStore } from './template-store.js';
 import { TenantDefaultsStore } from './tenant-defaults-store.js';
+import { VolumeStore } from './volume-store.js';
 
 /** Every table's accessors over one database connection. */
 export interface Store {
@@ -27,6 +28,8 @@ export interface Store {
   readonly audit: AuditStore;
   /** A tenant's named bucket credentials (secrets sealed). */
   readonly buckets: BucketStore;
+  /** Volumes and their mounts. */
+  readonly volumes: VolumeStore;
   /**
    * Destroy env keys whose sandbox or snapshot row is gone (a crash between the row's removal and the key's).
    * @returns the owner ids whose keys were destroyed (none without an env key dir)
@@ -69,6 +72,7 @@ export function openStore(databaseUrl: string, options: OpenStoreOptions = {}): 
     tenantDefaults: new TenantDefaultsStore(db),
     audit: new AuditStore(db),
     buckets,
+    volumes: new VolumeStore(db),
     sweepEnvKeys: async () => {
       if (sealer === null) return [];
       const live = new Set([

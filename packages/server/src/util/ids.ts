@@ -10,6 +10,6 @@ export function randomBase32(length: number): string {
 }
 
 /** A new id: `prefix` + `_` + 20 random base32 characters, for example `sbx_…`. */
-export function newId(prefix: 'sbx' | 'key' | 'req' | 'cmd' | 'snp' | 'whk' | 'dlv' | 'bkt'): string {
+export function newId(prefix: 'sbx' | 'key' | 'req' | 'cmd' | 'snp' | 'whk' | 'dlv' | 'bkt' | 'vol'): string {
   return `${prefix}_${randomBase32(ID_RANDOM_LENGTH)}`;
 }
