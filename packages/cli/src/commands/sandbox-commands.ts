@@ -76,11 +76,9 @@ export function registerSandboxCommands(program: Command, context: CliContext): 
     .option('--keep-snapshots <n>', 'keep only the newest N snapshots of this sandbox (default: all)')
     .option('--from-snapshot <name>', 'start from this snapshot (name or id), processes and memory included')
     .option('--fs-only', 'with --from-snapshot: boot on its files only, without its processes and memory')
-    .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it');
-  secretOptions(networkOptions(create))
     .option('--no-auto-resume', 'exec and file calls on the paused sandbox fail instead of resuming it')
     .option('--volume <NAME:/path[:ro]>', 'mount a volume (repeatable; :ro read-only)', collect);
-  networkOptions(create)
+  secretOptions(networkOptions(create))
     .option('--json', 'print the sandbox as JSON')
     .action(async (_options: CreateOptions, command: Command) => {
       const { Sandbox } = await loadSdk();
