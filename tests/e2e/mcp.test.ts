@@ -260,6 +260,10 @@ describe('/mcp (streamable HTTP on the server)', () => {
     expect(String(snapshot.id)).toMatch(/^snp_/);
     expect(await ok(client, 'pause_sandbox', { sandboxId: id })).toMatchObject({ state: 'paused' });
     expect(await ok(client, 'resume_sandbox', { sandboxId: id })).toMatchObject({ state: 'running' });
+    const preview = await ok(client, 'get_preview_url', { sandboxId: id, port: 8000, signed: true, ttlMs: 60_000 });
+    expect(String(preview.url)).toMatch(new RegExp(`^http://8000-${id.replace('_', '-')}\\.`));
+    expect(String(preview.url)).toContain('burrow_signature=');
+    expect((await call(client, 'get_preview_url', { sandboxId: id, port: 70_000 })).isError).toBe(true);
     expect(await ok(client, 'delete_sandbox', { sandboxId: id })).toEqual({ deleted: id });
     for (const [name, args] of [
       ['resume_sandbox', { sandboxId: id }],

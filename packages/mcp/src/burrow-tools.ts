@@ -12,6 +12,7 @@ import {
   CreateSandboxInput,
   CreateSnapshotInput,
   ForkSandboxInput,
+  GetPreviewUrlInput,
   ListFilesInput,
   ListSandboxesInput,
   ReadCommandOutputInput,
@@ -57,7 +58,7 @@ export const BURROW_TOOL_NAMES = [
   'fork_sandbox',
   'create_snapshot',
   'delete_sandbox',
-  // get_preview_url joins when sandboxes expose ports (issue: Ports, preview URLs, secrets).
+  'get_preview_url',
 ] as const;
 
 /** One tool's result, or its failure turned into an `isError` result with the API's code and hint. */
@@ -351,6 +352,29 @@ export function registerBurrowTools(server: McpServer, options: BurrowToolsOptio
           handles.forget(input.sandboxId, connection);
         }
         return jsonResult({ deleted: input.sandboxId });
+      }),
+  );
+
+  server.registerTool(
+    'get_preview_url',
+    {
+      title: 'Preview URL of a sandbox port',
+      description:
+        'The URL that reaches a TCP port inside the sandbox (a dev server, a notebook, an API) through the Burrow ' +
+        'server. A private port needs the returned accessToken in the X-Burrow-Access-Token header; signed: true ' +
+        'returns a URL that opens in a browser until it expires; public: true opens it to anyone. A paused ' +
+        'sandbox resumes on the first request.',
+      inputSchema: GetPreviewUrlInput,
+    },
+    (input: z.output<typeof GetPreviewUrlInput>) =>
+      answer(async () => {
+        const { sandboxId, port, ...options } = input;
+        const url = await (await get(sandboxId)).ports.url(port, {
+          ...(options.public === undefined ? {} : { public: options.public }),
+          ...(options.signed === undefined ? {} : { signed: options.signed }),
+          ...(options.ttlMs === undefined ? {} : { ttlMs: options.ttlMs }),
+        });
+        return jsonResult({ ...url });
       }),
   );
 }

@@ -12,6 +12,7 @@ import {
   ForkSandboxRequestSchema,
   LabelsSchema,
   ListFilesQuerySchema,
+  PortUrlRequestSchema,
   SandboxIdSchema,
   SandboxPathSchema,
   SandboxStateSchema,
@@ -141,5 +142,21 @@ export const CreateSnapshotInput = z
     memory: CreateSnapshotRequestSchema.shape.memory.describe(
       'Include processes and memory (default true); false keeps the files only.',
     ),
+  })
+  .strict();
+
+/** `get_preview_url`: the preview URL of a TCP port inside a sandbox. */
+export const GetPreviewUrlInput = z
+  .object({
+    sandboxId,
+    port: z.number().int().min(1).max(65_535).describe('TCP port a server inside the sandbox listens on (1–65535).'),
+    public: PortUrlRequestSchema.shape.public.describe(
+      'true makes the port public (its URL answers anyone), false private again; default: unchanged (private).',
+    ),
+    signed: z
+      .boolean()
+      .optional()
+      .describe('Return a signed URL that works in a browser without the access token until it expires.'),
+    ttlMs: PortUrlRequestSchema.shape.ttlMs.describe('Life of a signed URL in ms (1 s to 7 days; default 1 hour).'),
   })
   .strict();
