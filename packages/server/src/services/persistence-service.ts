@@ -398,11 +398,6 @@ export class PersistenceService {
   ): Promise<ForkSandboxResponse> {
     const id = parent.id;
     {
-      for (const child of children) await this.deps.sandboxes.insert(child);
-      await this.deps.secrets?.copyBindings(
-        id,
-        children.map((child) => child.id),
-      );
       const plan = await this.deps.volumes?.planFork(
         parent.tenantId,
         id,
@@ -419,6 +414,11 @@ export class PersistenceService {
         await this.deps.volumes?.undoFork(parent.tenantId, plan?.made ?? []);
         throw error;
       }
+      // The children hold the parent's secret placeholders (copied env), so they get its bindings too.
+      await this.deps.secrets?.copyBindings(
+        id,
+        children.map((child) => child.id),
+      );
       crashPoint('fork:after-child-rows');
       const startedMs = this.deps.clock.nowMs();
       try {

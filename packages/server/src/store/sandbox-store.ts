@@ -429,7 +429,7 @@ export class SandboxStore {
   }
 
   /**
-   * Remove the row and its labels, and destroy its env key first: the ciphertext every copy of the row holds
+   * Remove the row, its labels, volume mounts and secret bindings, and destroy its env key first: the ciphertext every copy of the row holds
    * (free pages, WAL, dead tuples) is unreadable from then on. Keys restricted to this sandbox are revoked in the
    * same transaction. Idempotent.
    * @param removedAt when the keys count as revoked @default the host's current time
@@ -441,6 +441,7 @@ export class SandboxStore {
       const before = hook === null ? null : await this.getIn(trx, tenantId, id);
       await trx.deleteFrom('sandbox_labels').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
       await trx.deleteFrom('volume_mounts').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
+      await trx.deleteFrom('sandbox_secrets').where('tenant_id', '=', tenantId).where('sandbox_id', '=', id).execute();
       await trx.deleteFrom('sandboxes').where('tenant_id', '=', tenantId).where('id', '=', id).execute();
       await revokeKeysOfSandbox(trx, id, removedAt);
       return hook !== null && before !== null ? hook(trx, before, null) : null;
