@@ -36,7 +36,7 @@ async function runBench(
     execFile(
       join(repo, 'node_modules', '.bin', 'tsx'),
       ['bench/run.ts', ...args, '--results-dir', resultsDir],
-      { cwd: repo, maxBuffer: 64 * 1024 * 1024, timeout: 12 * 60_000 },
+      { cwd: repo, maxBuffer: 64 * 1024 * 1024, timeout: 18 * 60_000 },
       (error, stdout, stderr) =>
         error
           ? reject(new Error(`bench ${args.join(' ')} failed: ${error.message}\n${stderr.slice(-4000)}`))
@@ -66,7 +66,7 @@ describe('npm run bench -- --quick', () => {
   });
 
   it('produces every issue figure with its raw baseline and leaves nothing behind', {
-    timeout: 18 * 60_000,
+    timeout: 24 * 60_000,
   }, async () => {
     const resultsDir = join(dir, 'full');
     await mkdir(resultsDir);
